@@ -1,0 +1,1 @@
+#include <blkid/blkid.h>

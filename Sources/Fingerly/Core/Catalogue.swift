@@ -1,0 +1,83 @@
+import FoundationEssentials
+
+/// What kind of data a signal carries; identifiers are always hashed before they leave a probe.
+public enum DataClass: String, Sendable, Codable, Hashable {
+    case identifier, hardware, configuration, integrity
+}
+
+/// The probe catalogue (`probes/catalogue.json`): what each probe reads and reports, as data.
+public struct ProbeCatalogue: Sendable, Codable, Hashable {
+    public struct SignalSpec: Sendable, Codable, Hashable {
+        public let name: String
+        public let type: String
+        public let `class`: DataClass
+        public let stability: String
+        public let description: String
+    }
+
+    public struct Entry: Sendable, Codable, Hashable {
+        public let id: String
+        public let tier: Tier
+        public let timeoutMs: Int?
+        public let description: String
+        /// Host paths, with `*` matching one path component.
+        public let reads: [String]
+        public let syscalls: [String]
+        public let signals: [SignalSpec]
+        /// Known benign causes that still fire a verdict (read by people, printed by `probes`).
+        public let falsePositiveNotes: [String]?
+    }
+
+    public let catalogueVersion: Int
+    public let stabilityClasses: [String: String]
+    public let probes: [Entry]
+
+    public static let embedded: ProbeCatalogue = {
+        do {
+            return try JSONDecoder.fingerly.decode(ProbeCatalogue.self, from: Data(PackageResources.catalogue_json))
+        } catch {
+            fatalError("the embedded probe catalogue does not decode: \(error)")
+        }
+    }()
+
+    public func entry(_ id: String) -> Entry? { probes.first { $0.id == id } }
+
+    /// The probe that reports a signal name.
+    public func probe(reporting signal: String) -> Entry? {
+        probes.first { entry in entry.signals.contains { $0.name == signal } }
+    }
+
+    public var signalNames: Set<String> { Set(probes.flatMap { $0.signals.map(\.name) }) }
+}
+
+/// Detection tables (`probes/detection-tables.json`): vendor strings and the like, as data.
+struct DetectionTables: Sendable, Codable {
+    struct VendorPattern: Sendable, Codable {
+        /// Matched case-insensitively as a substring.
+        let pattern: String
+        let kind: String
+    }
+
+    let cpuidHypervisorVendors: [String: String]
+    let dmiVendors: [VendorPattern]
+    let chassisTypes: [String: String]
+    let placeholderUUIDs: [String]
+    let placeholderSerials: [String]
+    /// Bundle and directory paths that are the system trust store itself, not an override.
+    let systemTrustPaths: [String]
+    let debuggerProcesses: [String]
+    let containerMarkers: [VendorPattern]
+
+    static let embedded: DetectionTables = {
+        do {
+            return try JSONDecoder.fingerly.decode(DetectionTables.self, from: Data(PackageResources.tables_json))
+        } catch {
+            fatalError("the embedded detection tables do not decode: \(error)")
+        }
+    }()
+
+    func dmiKind(for text: String) -> String? {
+        let lowered = text.lowercased()
+        return dmiVendors.first { lowered.contains($0.pattern.lowercased()) }?.kind
+    }
+}

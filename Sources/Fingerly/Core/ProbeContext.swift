@@ -1,0 +1,105 @@
+/// What a probe sees while it runs: the host, the hasher for identifiers, the detection tables,
+/// and the signals it has emitted so far. Used by one probe on one thread, never shared.
+final class ProbeContext {
+    let host: HostFileSystem
+    let tables: DetectionTables
+    private let filter: AttributeFilter
+    private let hasher: IdentifierHasher
+    private(set) var signals: [String: SignalValue] = [:]
+    private(set) var issues: [SourceIssue] = []
+
+    init(host: HostFileSystem, tables: DetectionTables, filter: AttributeFilter, hasher: IdentifierHasher) {
+        self.host = host
+        self.tables = tables
+        self.filter = filter
+        self.hasher = hasher
+    }
+
+    /// Whether the caller wants a signal at all; check before reading anything for it.
+    func wants(_ signal: String) -> Bool { !filter.ignores(signal: signal) }
+
+    func emit(_ signal: String, _ value: SignalValue) {
+        guard wants(signal) else { return }
+        signals[signal] = value
+    }
+
+    func emit(_ signal: String, _ value: String) { emit(signal, .string(value)) }
+    func emit(_ signal: String, _ value: Int) { emit(signal, .int(value)) }
+    func emit(_ signal: String, _ value: Bool) { emit(signal, .bool(value)) }
+    func emit(_ signal: String, _ value: [String]) { emit(signal, .strings(value)) }
+
+    /// Emits a raw identifier as its keyed hash; the raw value never reaches the report.
+    func emitIdentifier(_ signal: String, raw: String) {
+        guard wants(signal) else { return }
+        signals[signal] = .string(hasher.hash(raw))
+    }
+
+    /// Runs one read; a failure is recorded as an issue of this probe and yields nil.
+    func attempt<T>(_ read: () throws(HostReadError) -> T) -> T? {
+        do {
+            return try read()
+        } catch {
+            record(error)
+            return nil
+        }
+    }
+
+    /// Like `attempt`, for optional sources: a missing file is normal there, not an issue.
+    func attemptIfPresent<T>(_ read: () throws(HostReadError) -> T) -> T? {
+        do {
+            return try read()
+        } catch {
+            if error.failure != .absent { record(error) }
+            return nil
+        }
+    }
+
+    func record(_ error: HostReadError) {
+        issues.append(SourceIssue(path: error.path, status: ProbeStatus(error.failure), detail: error.detail))
+    }
+
+    func recordMalformed(_ path: String, _ detail: String) {
+        record(HostReadError(.malformed, path: path, detail: detail))
+    }
+
+    /// The probe's status when it returned normally: ok once anything was learned, otherwise the
+    /// most telling of the failures it met.
+    var completedStatus: ProbeStatus {
+        if !signals.isEmpty || issues.isEmpty { return .ok }
+        let severity: [ProbeStatus] = [.denied, .malformed, .error, .absent]
+        return severity.first { status in issues.contains { $0.status == status } } ?? .error
+    }
+}
+
+/// The attributes a caller asked Fingerly neither to read nor to report (`--ignore`).
+struct AttributeFilter: Sendable, Hashable {
+    /// Exact signal names, `prefix.*` patterns, or probe ids.
+    let ignored: Set<String>
+
+    static let none = AttributeFilter(ignored: [])
+
+    func ignores(signal: String) -> Bool {
+        if ignored.contains(signal) { return true }
+        return ignored.contains { pattern in
+            pattern.hasSuffix(".*") && signal.hasPrefix(String(pattern.dropLast(1)))
+        }
+    }
+
+    func ignores(probe entry: ProbeCatalogue.Entry) -> Bool {
+        ignored.contains(entry.id) || entry.signals.allSatisfy { ignores(signal: $0.name) }
+    }
+
+    /// Attributes that name nothing in the catalogue.
+    func unknownAttributes(in catalogue: ProbeCatalogue) -> [String] {
+        let probeIds = Set(catalogue.probes.map(\.id))
+        let signals = catalogue.signalNames
+        return ignored.filter { pattern in
+            if probeIds.contains(pattern) || signals.contains(pattern) { return false }
+            if pattern.hasSuffix(".*") {
+                let prefix = String(pattern.dropLast(1))
+                return !signals.contains { $0.hasPrefix(prefix) }
+            }
+            return true
+        }.sorted()
+    }
+}

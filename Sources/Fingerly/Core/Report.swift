@@ -1,0 +1,62 @@
+import FoundationEssentials
+
+/// A source that failed inside an otherwise successful probe, kept so nothing is lost silently.
+public struct SourceIssue: Sendable, Codable, Hashable {
+    public let path: String
+    public let status: ProbeStatus
+    public let detail: String
+}
+
+/// One probe's entry in the report.
+public struct ProbeEntry: Sendable, Codable, Hashable {
+    public let id: String
+    public let tier: Tier
+    public let status: ProbeStatus
+    public let durationMs: Double
+    /// Why the probe did not end `ok`, or why it was skipped.
+    public let detail: String?
+    /// Sources inside the probe that could not be read, with their status.
+    public let issues: [SourceIssue]
+    public let signals: [String: SignalValue]
+}
+
+/// Everything collected in one run. This is what a submission sends.
+public struct SignalReport: Sendable, Codable, Hashable {
+    public static let currentSchemaVersion = 1
+
+    public let schemaVersion: Int
+    public let collectorVersion: String
+    public let collectedAt: Date
+    public let tag: String?
+    /// The root prefix the host was read through; "/" for the live host.
+    public let root: String
+    public let tiers: [Tier]
+    public let budgetMs: Int
+    public let elapsedMs: Double
+    public let probes: [ProbeEntry]
+
+    /// Signals of every probe that produced any, by their dotted names.
+    public var signals: [String: SignalValue] {
+        var all: [String: SignalValue] = [:]
+        for probe in probes { all.merge(probe.signals) { first, _ in first } }
+        return all
+    }
+}
+
+extension JSONEncoder {
+    /// The one encoder configuration used for everything Fingerly prints or sends.
+    public static var fingerly: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return encoder
+    }
+}
+
+extension JSONDecoder {
+    static var fingerly: JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }
+}

@@ -1,0 +1,193 @@
+import FoundationEssentials
+import Synchronization
+
+/// How the scheduler spends its time.
+public struct ScheduleOptions: Sendable, Hashable {
+    /// Hard wall-clock bound for a whole collection, in milliseconds.
+    public var budgetMs: Int
+    /// Timeout for a probe whose catalogue entry names none.
+    public var defaultSourceTimeoutMs: Int
+    /// Probes running at once.
+    public var concurrency: Int
+    public var tiers: Set<Tier>
+
+    public init(budgetMs: Int = 1200, defaultSourceTimeoutMs: Int = 250, concurrency: Int = 4,
+                tiers: Set<Tier> = Set(Tier.allCases)) {
+        self.budgetMs = budgetMs
+        self.defaultSourceTimeoutMs = defaultSourceTimeoutMs
+        self.concurrency = concurrency
+        self.tiers = tiers
+    }
+}
+
+/// What to collect and how to judge it.
+public struct CollectionOptions: Sendable {
+    /// Root prefix for every host read: "/" for this host, or a fixture, container root or image.
+    public var root: String
+    /// Signal names, `prefix.*` patterns or probe ids that are neither read nor reported.
+    public var attributesToIgnore: Set<String>
+    /// Verdict rules; the embedded default when nil.
+    public var policy: Policy?
+
+    public init(root: String = "/", attributesToIgnore: Set<String> = [], policy: Policy? = nil) {
+        self.root = root
+        self.attributesToIgnore = attributesToIgnore
+        self.policy = policy
+    }
+}
+
+/// Whether the user agreed to collection. Until it is `.granted`, nothing is read or sent.
+public enum Consent: String, Sendable, Codable, Hashable {
+    case granted, denied, unknown
+}
+
+public struct ConsentError: Error, Sendable, CustomStringConvertible {
+    public let consent: Consent
+    public var description: String { "consent is \(consent.rawValue): nothing is read or sent until it is granted" }
+}
+
+/// A failed submission. `retryable` is true for network errors, 429 and 5xx.
+public struct TransportError: Error, Sendable, CustomStringConvertible {
+    public let message: String
+    public let status: Int?
+    public let retryable: Bool
+
+    public init(_ message: String, status: Int?, retryable: Bool) {
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+    }
+
+    public var description: String { status.map { "HTTP \($0): \(message)" } ?? message }
+}
+
+public enum FingerlyError: Error, Sendable, Equatable, CustomStringConvertible {
+    case invalidConfiguration(String)
+    /// This build cannot submit reports yet; use `submit: false`.
+    case submissionUnavailable
+
+    public var description: String {
+        switch self {
+        case .invalidConfiguration(let message): return message
+        case .submissionUnavailable: return "submission is not implemented in this version; collect locally with submit: false (CLI: --no-submit)"
+        }
+    }
+}
+
+/// The service region, decided by the API key's prefix (`eu_…`, `ap_…`; anything else is `us`).
+public enum Region: String, Sendable, Codable {
+    case us, eu, ap
+
+    public init(apiKey: String?) {
+        let prefix = apiKey?.split(whereSeparator: { $0 == "_" || $0 == "-" }).first.map { $0.lowercased() }
+        self = prefix.flatMap(Region.init(rawValue:)) ?? .us
+    }
+}
+
+/// The entry point: load once with your key, then `identify` before each sensitive action.
+public final class Fingerly: Sendable {
+    public let region: Region
+    public let endpoint: String?
+    public let schedule: ScheduleOptions
+    let options: CollectionOptions
+    let policy: Policy
+    let hasher: IdentifierHasher
+    let filter: AttributeFilter
+    let logger: (any FingerlyLogHandler)?
+    private let consent: Mutex<Consent>
+    let probes: [any Probe]
+    let catalogue: ProbeCatalogue
+
+    /// - Parameters:
+    ///   - apiKey: keys the identifier hashes and, by its prefix, picks the region. May be nil
+    ///     for local-only collection.
+    ///   - endpoint: overrides the region's endpoint.
+    public static func load(apiKey: String?, endpoint: String? = nil, schedule: ScheduleOptions = ScheduleOptions(),
+                            consent: Consent = .unknown, options: CollectionOptions = CollectionOptions(),
+                            logger: (any FingerlyLogHandler)? = nil) throws(FingerlyError) -> Fingerly {
+        guard schedule.budgetMs > 0 else { throw .invalidConfiguration("budgetMs must be positive, got \(schedule.budgetMs)") }
+        guard schedule.defaultSourceTimeoutMs > 0 else {
+            throw .invalidConfiguration("defaultSourceTimeoutMs must be positive, got \(schedule.defaultSourceTimeoutMs)")
+        }
+        guard schedule.concurrency > 0 else { throw .invalidConfiguration("concurrency must be at least 1, got \(schedule.concurrency)") }
+        let filter = AttributeFilter(ignored: options.attributesToIgnore)
+        let unknown = filter.unknownAttributes(in: .embedded)
+        guard unknown.isEmpty else {
+            throw .invalidConfiguration("unknown attribute(s) to ignore: \(unknown.joined(separator: ", ")); `fingerly-identify probes` lists them")
+        }
+        return Fingerly(apiKey: apiKey, endpoint: endpoint, schedule: schedule, consent: consent, options: options,
+                        filter: filter, logger: logger)
+    }
+
+    init(apiKey: String?, endpoint: String?, schedule: ScheduleOptions, consent: Consent, options: CollectionOptions,
+         filter: AttributeFilter, logger: (any FingerlyLogHandler)?,
+         probes: [any Probe] = ProbeRegistry.builtIn, catalogue: ProbeCatalogue = .embedded) {
+        self.probes = probes
+        self.catalogue = catalogue
+        region = Region(apiKey: apiKey)
+        self.endpoint = endpoint
+        self.schedule = schedule
+        self.options = options
+        policy = options.policy ?? Policy.embedded()
+        hasher = IdentifierHasher(apiKey: apiKey)
+        self.filter = filter
+        self.logger = logger
+        self.consent = Mutex(consent)
+    }
+
+    public func setConsent(_ consent: Consent) {
+        self.consent.withLock { $0 = consent }
+    }
+
+    public var currentConsent: Consent { consent.withLock { $0 } }
+
+    /// Runs the probes of the selected tiers and returns the report, without verdicts.
+    public func collect(tag: String? = nil, tiers: Set<Tier>? = nil) async throws(ConsentError) -> SignalReport {
+        let consent = currentConsent
+        guard consent == .granted else { throw ConsentError(consent: consent) }
+        let selected = tiers ?? schedule.tiers
+        return await withCheckedContinuation { continuation in
+            // The coordinator blocks on a semaphore; keep it off the cooperative pool.
+            let started = startDetachedThread { continuation.resume(returning: self.collectBlocking(tag: tag, tiers: selected)) }
+            if !started { continuation.resume(returning: self.collectBlocking(tag: tag, tiers: selected)) }
+        }
+    }
+
+    /// Collects, applies the policy, and (one day) submits.
+    public func identify(tag: String? = nil, tiers: Set<Tier>? = nil, submit: Bool = true) async throws -> IdentifyResult {
+        if submit { throw FingerlyError.submissionUnavailable }
+        let report = try await collect(tag: tag, tiers: tiers)
+        return IdentifyResult.local(report: report, verdicts: VerdictEngine(policy: policy, catalogue: catalogue).evaluate(report),
+                                    policy: policy)
+    }
+
+    func collectBlocking(tag: String?, tiers: Set<Tier>) -> SignalReport {
+        let started = monotonicMilliseconds()
+        let environment = ProbeEnvironment(host: HostFileSystem(root: options.root), tables: .embedded,
+                                           filter: filter, hasher: hasher)
+        var jobs: [ScheduledProbe] = []
+        var ignored: [ProbeEntry] = []
+        for probe in probes {
+            guard let entry = catalogue.entry(probe.id), tiers.contains(entry.tier) else { continue }
+            let job = ScheduledProbe(probe: probe, tier: entry.tier,
+                                     timeoutMs: entry.timeoutMs ?? schedule.defaultSourceTimeoutMs)
+            if filter.ignores(probe: entry) {
+                ignored.append(job.entry(.skipped, durationMs: 0, detail: "ignored by request (attributesToIgnore)"))
+            } else {
+                jobs.append(job)
+            }
+        }
+        let entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: schedule.concurrency).run(jobs, in: environment)
+        for entry in entries where entry.status != .ok && entry.status != .skipped {
+            logger?.log(.debug, "probe \(entry.id): \(entry.status.rawValue): \(entry.detail ?? "")")
+        }
+        let order = Dictionary(uniqueKeysWithValues: probes.enumerated().map { ($0.element.id, $0.offset) })
+        return SignalReport(schemaVersion: SignalReport.currentSchemaVersion, collectorVersion: Fingerly.version,
+                            collectedAt: Date(), tag: tag, root: environment.host.root,
+                            tiers: tiers.sorted(), budgetMs: schedule.budgetMs,
+                            elapsedMs: (monotonicMilliseconds() - started).roundedToMicroseconds,
+                            probes: (entries + ignored).sorted { order[$0.id, default: 0] < order[$1.id, default: 0] })
+    }
+
+    public static let version = "0.1.0"
+}

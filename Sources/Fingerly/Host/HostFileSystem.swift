@@ -1,0 +1,173 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Synchronization
+
+/// Why a host read produced no usable content.
+public enum HostReadFailure: String, Sendable, Codable, Hashable {
+    /// ENOENT/ENOTDIR: the thing is not there.
+    case absent
+    /// EACCES/EPERM: normal for non-root users and inside containers.
+    case denied
+    /// The content was read but could not be understood.
+    case malformed
+    /// Any other system error.
+    case error
+}
+
+/// A failed read, with the path relative to the host root so reports read the same under `--root`.
+public struct HostReadError: Error, Sendable, Hashable, CustomStringConvertible {
+    public let failure: HostReadFailure
+    public let path: String
+    public let detail: String
+
+    public init(_ failure: HostReadFailure, path: String, detail: String) {
+        self.failure = failure
+        self.path = path
+        self.detail = detail
+    }
+
+    init(path: String, systemError: SystemError) {
+        let failure: HostReadFailure
+        switch systemError.code {
+        case ENOENT, ENOTDIR: failure = .absent
+        case EACCES, EPERM: failure = .denied
+        default: failure = .error
+        }
+        self.init(failure, path: path, detail: systemError.description)
+    }
+
+    public var description: String { "\(path): \(failure.rawValue) (\(detail))" }
+}
+
+/// Keeps a list of every host path a probe touched; tests compare it with the catalogue.
+final class HostAccessLog: Sendable {
+    private let paths = Mutex<[String]>([])
+
+    func record(_ path: String) { paths.withLock { $0.append(path) } }
+    var recorded: [String] { paths.withLock { $0 } }
+}
+
+/// Every file-reading probe reads the host through this one layer, so a fixture tree, a container's
+/// root filesystem or a mounted disk image can be inspected exactly like the live host.
+public struct HostFileSystem: Sendable {
+    /// Largest file read unless a caller asks for less: /proc and /sys files are small, and an
+    /// unbounded read of a hostile or looping file must not exhaust memory.
+    public static let defaultReadLimit = 256 * 1024
+
+    /// The root prefix; "/" for the live host.
+    public let root: String
+    let log: HostAccessLog?
+
+    public init(root: String = "/") {
+        self.init(root: root, log: nil)
+    }
+
+    init(root: String, log: HostAccessLog?) {
+        var trimmed = root
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
+        self.root = trimmed.isEmpty ? "/" : trimmed
+        self.log = log
+    }
+
+    /// True when this is the machine the process runs on, not a tree inspected from outside.
+    public var isLiveHost: Bool { root == "/" }
+
+    func hostPath(_ path: String) -> String {
+        precondition(path.hasPrefix("/"), "host paths are absolute")
+        return root == "/" ? path : root + path
+    }
+
+    /// Reads at most `limit` bytes of a file.
+    public func read(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> [UInt8] {
+        log?.record(path)
+        let fd: Int32
+        switch retryingOnInterrupt({ open(hostPath(path), O_RDONLY | O_CLOEXEC) }) {
+        case .success(let descriptor): fd = descriptor
+        case .failure(let error): throw HostReadError(path: path, systemError: error)
+        }
+        defer { close(fd) }
+
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < limit {
+            let wanted = min(chunk.count, limit - bytes.count)
+            let result = chunk.withUnsafeMutableBytes { buffer in
+                retryingOnInterrupt { Glibc.read(fd, buffer.baseAddress, wanted) }
+            }
+            switch result {
+            case .success(0): return bytes
+            case .success(let count): bytes.append(contentsOf: chunk[0..<count])
+            case .failure(let error): throw HostReadError(path: path, systemError: error)
+            }
+        }
+        return bytes
+    }
+
+    /// Reads a file as UTF-8 text; invalid UTF-8 is malformed rather than silently repaired.
+    public func readText(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> String {
+        let bytes = try read(path, limit: limit)
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw HostReadError(.malformed, path: path, detail: "not valid UTF-8 text")
+        }
+        return text
+    }
+
+    /// The first line of a sysfs-style attribute file, trimmed.
+    public func readAttribute(_ path: String) throws(HostReadError) -> String {
+        let text = try readText(path, limit: 4096)
+        return text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+            .first.map { $0.trimmingWhitespace() } ?? ""
+    }
+
+    /// The target of a symbolic link, as stored (never resolved against the root prefix).
+    public func readLink(_ path: String) throws(HostReadError) -> String {
+        log?.record(path)
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let capacity = buffer.count - 1
+        let result = buffer.withUnsafeMutableBufferPointer { pointer in
+            retryingOnInterrupt { readlink(hostPath(path), pointer.baseAddress!, capacity) }
+        }
+        switch result {
+        case .success(let length):
+            return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        case .failure(let error):
+            throw HostReadError(path: path, systemError: error)
+        }
+    }
+
+    /// Names in a directory, without "." and "..", sorted for stable output.
+    public func listDirectory(_ path: String) throws(HostReadError) -> [String] {
+        log?.record(path)
+        guard let directory = opendir(hostPath(path)) else {
+            throw HostReadError(path: path, systemError: .current)
+        }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    /// Whether anything exists at the path (without following a final symlink).
+    public func exists(_ path: String) -> Bool {
+        log?.record(path)
+        var info = stat()
+        return lstat(hostPath(path), &info) == 0
+    }
+}
+
+extension StringProtocol {
+    func trimmingWhitespace() -> String {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\0" }
+        guard let first = firstIndex(where: { !isSpace($0) }) else { return "" }
+        let last = lastIndex(where: { !isSpace($0) })!
+        return String(self[first...last])
+    }
+}

@@ -1,0 +1,253 @@
+import FoundationEssentials
+
+/// Validates a policy document against the catalogue: every rule must name known signals,
+/// known tables and well-typed fields, or loading fails with the exact place.
+struct PolicyLoader {
+    let catalogue: ProbeCatalogue
+    let tables: DetectionTables
+
+    private static let ruleFields: Set<String> = ["id", "when", "all", "confidence", "kind", "kindFrom", "reason"]
+    private static let verdictFields: Set<String> = ["corroborate", "rules"]
+    private static let testFields: Set<String> = ["equals", "notEquals", "in", "present", "contains", "containsAny",
+                                                  "inTable", "greaterThan", "lessThan"]
+
+    func load(_ data: Data, source: String) throws(PolicyError) -> Policy {
+        func fail(_ location: String?, _ field: String?, _ message: String) -> PolicyError {
+            PolicyError(file: source, location: location, field: field, message: message)
+        }
+        let document: JSONValue
+        do {
+            document = try JSONDecoder().decode(JSONValue.self, from: data)
+        } catch {
+            throw fail(nil, nil, "not valid JSON (\(Self.describe(error)))")
+        }
+        guard case .object(let top) = document else { throw fail(nil, nil, "the document must be a JSON object") }
+
+        guard case .number(let version)? = top["policyVersion"] else {
+            throw fail(nil, "policyVersion", "missing or not a number")
+        }
+        guard Int(version) == Policy.supportedVersion else {
+            throw fail(nil, "policyVersion", "version \(Int(version)) is not supported; this collector reads version \(Policy.supportedVersion)")
+        }
+        var name = "unnamed"
+        if let value = top["name"] {
+            guard case .string(let text) = value else { throw fail(nil, "name", "expected a string, got \(value.typeName)") }
+            name = text
+        }
+        guard case .object(let verdictObjects)? = top["verdicts"] else {
+            throw fail(nil, "verdicts", "missing or not an object")
+        }
+
+        var verdicts: [VerdictName: Policy.VerdictRules] = [:]
+        for key in verdictObjects.keys.sorted() {
+            let location = "verdict '\(key)'"
+            guard let verdict = VerdictName(rawValue: key) else {
+                throw fail(location, nil, "unknown verdict; known verdicts are \(VerdictName.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            guard case .object(let fields) = verdictObjects[key]! else { throw fail(location, nil, "expected an object") }
+            if let unknown = fields.keys.sorted().first(where: { !Self.verdictFields.contains($0) }) {
+                throw fail(location, unknown, "unknown field")
+            }
+            var corroborate = false
+            if let value = fields["corroborate"] {
+                guard case .bool(let flag) = value else { throw fail(location, "corroborate", "expected a boolean, got \(value.typeName)") }
+                corroborate = flag
+            }
+            guard case .array(let ruleValues)? = fields["rules"] else { throw fail(location, "rules", "missing or not an array") }
+            var rules: [Policy.Rule] = []
+            for (index, ruleValue) in ruleValues.enumerated() {
+                let rule = try parseRule(ruleValue, location: "\(location), rule \(index + 1)", fail: fail)
+                if rules.contains(where: { $0.id == rule.id }) {
+                    throw fail("\(location), rule \(index + 1) ('\(rule.id)')", "id", "duplicate rule id")
+                }
+                rules.append(rule)
+            }
+            verdicts[verdict] = Policy.VerdictRules(corroborate: corroborate, rules: rules)
+        }
+
+        var weights: [VerdictName: Int] = [:]
+        var factors: [Confidence: Double] = [.low: 0.25, .medium: 0.6, .high: 1]
+        if let suspect = top["suspect"] {
+            guard case .object(let fields) = suspect else { throw fail("suspect", nil, "expected an object") }
+            if case .object(let weightValues)? = fields["weights"] {
+                for (key, value) in weightValues {
+                    guard let verdict = VerdictName(rawValue: key) else { throw fail("suspect.weights", key, "unknown verdict") }
+                    guard case .number(let weight) = value, weight >= 0 else { throw fail("suspect.weights", key, "expected a non-negative number") }
+                    weights[verdict] = Int(weight)
+                }
+            } else if fields["weights"] != nil {
+                throw fail("suspect", "weights", "expected an object")
+            }
+            if case .object(let factorValues)? = fields["confidenceFactors"] {
+                for (key, value) in factorValues {
+                    guard let confidence = Confidence(rawValue: key) else { throw fail("suspect.confidenceFactors", key, "expected low, medium or high") }
+                    guard case .number(let factor) = value, (0...1).contains(factor) else { throw fail("suspect.confidenceFactors", key, "expected a number from 0 to 1") }
+                    factors[confidence] = factor
+                }
+            }
+        }
+        return Policy(name: name, source: source, verdicts: verdicts, suspectWeights: weights, confidenceFactors: factors)
+    }
+
+    private func parseRule(_ value: JSONValue, location: String, fail: (String?, String?, String) -> PolicyError) throws(PolicyError) -> Policy.Rule {
+        guard case .object(let fields) = value else { throw fail(location, nil, "expected an object") }
+        guard case .string(let id)? = fields["id"], !id.isEmpty else { throw fail(location, "id", "missing or not a non-empty string") }
+        let location = "\(location) ('\(id)')"
+        if let unknown = fields.keys.sorted().first(where: { !Self.ruleFields.contains($0) }) {
+            throw fail(location, unknown, "unknown field")
+        }
+
+        var conditionValues: [(JSONValue, String)] = []
+        switch (fields["when"], fields["all"]) {
+        case (let single?, nil): conditionValues = [(single, "when")]
+        case (nil, .array(let list)?) where !list.isEmpty:
+            conditionValues = list.enumerated().map { ($0.element, "all[\($0.offset)]") }
+        case (nil, _?): throw fail(location, "all", "expected a non-empty array of conditions")
+        case (nil, nil): throw fail(location, "when", "a rule needs 'when' (one condition) or 'all' (several)")
+        case (_?, _?): throw fail(location, "all", "give either 'when' or 'all', not both")
+        }
+        var conditions: [Policy.Condition] = []
+        for (conditionValue, field) in conditionValues {
+            conditions.append(try parseCondition(conditionValue, location: location, field: field, fail: fail))
+        }
+
+        guard case .string(let confidenceText)? = fields["confidence"] else { throw fail(location, "confidence", "missing or not a string") }
+        guard let confidence = Confidence(rawValue: confidenceText) else {
+            throw fail(location, "confidence", "expected low, medium or high, got '\(confidenceText)'")
+        }
+        var kind: String?
+        if let value = fields["kind"] {
+            guard case .string(let text) = value else { throw fail(location, "kind", "expected a string, got \(value.typeName)") }
+            kind = text
+        }
+        var kindFrom: String?
+        if let value = fields["kindFrom"] {
+            guard case .string(let signal) = value else { throw fail(location, "kindFrom", "expected a signal name") }
+            guard catalogue.signalNames.contains(signal) else { throw fail(location, "kindFrom", "unknown signal '\(signal)'") }
+            kindFrom = signal
+        }
+        guard case .string(let reason)? = fields["reason"], !reason.isEmpty else {
+            throw fail(location, "reason", "missing or not a non-empty string")
+        }
+        for placeholder in ReasonTemplate.placeholders(in: reason) where placeholder != "value" && !catalogue.signalNames.contains(placeholder) {
+            throw fail(location, "reason", "the placeholder {\(placeholder)} names no known signal")
+        }
+        return Policy.Rule(id: id, conditions: conditions, confidence: confidence, kind: kind, kindFrom: kindFrom, reason: reason)
+    }
+
+    private func parseCondition(_ value: JSONValue, location: String, field: String,
+                                fail: (String?, String?, String) -> PolicyError) throws(PolicyError) -> Policy.Condition {
+        guard case .object(let fields) = value else { throw fail(location, field, "a condition must be an object") }
+        guard case .string(let signal)? = fields["signal"] else { throw fail(location, field + ".signal", "missing or not a string") }
+        guard catalogue.signalNames.contains(signal) else {
+            throw fail(location, field + ".signal", "unknown signal '\(signal)'")
+        }
+        let tests = fields.keys.filter { $0 != "signal" }.sorted()
+        guard tests.count == 1, let testName = tests.first else {
+            throw fail(location, field, "a condition needs 'signal' and exactly one test of \(Self.testFields.sorted().joined(separator: ", "))")
+        }
+        guard Self.testFields.contains(testName) else { throw fail(location, field + "." + testName, "unknown test") }
+        let operand = fields[testName]!
+        let testField = field + "." + testName
+        func scalar() throws(PolicyError) -> SignalValue {
+            guard let value = operand.signalValue, operand.isScalar else {
+                throw fail(location, testField, "expected a string, whole number or boolean, got \(operand.typeName)")
+            }
+            return value
+        }
+        func stringList() throws(PolicyError) -> [String] {
+            guard case .strings(let list)? = operand.signalValue, case .array = operand, !list.isEmpty else {
+                throw fail(location, testField, "expected a non-empty array of strings")
+            }
+            return list
+        }
+        func integer() throws(PolicyError) -> Int {
+            guard case .int(let number)? = operand.signalValue, case .number = operand else {
+                throw fail(location, testField, "expected a whole number, got \(operand.typeName)")
+            }
+            return number
+        }
+        let test: Policy.Condition.Test
+        switch testName {
+        case "equals": test = .equals(try scalar())
+        case "notEquals": test = .notEquals(try scalar())
+        case "in":
+            let items: [JSONValue]
+            if case .array(let list) = operand { items = list } else { items = [] }
+            let values = items.compactMap { $0.isScalar ? $0.signalValue : nil }
+            guard !items.isEmpty, values.count == items.count else {
+                throw fail(location, testField, "expected a non-empty array of strings, numbers or booleans")
+            }
+            test = .oneOf(values)
+        case "present":
+            guard case .bool(let flag) = operand else { throw fail(location, testField, "expected a boolean, got \(operand.typeName)") }
+            test = .present(flag)
+        case "contains":
+            guard case .string(let text) = operand else { throw fail(location, testField, "expected a string, got \(operand.typeName)") }
+            test = .contains(text)
+        case "containsAny": test = .containsAny(try stringList())
+        case "inTable":
+            guard case .string(let table) = operand else { throw fail(location, testField, "expected a table name") }
+            guard let rows = tables.stringTable(named: table) else {
+                throw fail(location, testField, "unknown detection table '\(table)'; string tables are \(DetectionTables.stringTableNames.joined(separator: ", "))")
+            }
+            test = .inTable(rows)
+        case "greaterThan": test = .greaterThan(try integer())
+        default: test = .lessThan(try integer())
+        }
+        return Policy.Condition(signal: signal, test: test)
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        if case DecodingError.dataCorrupted(let context) = error {
+            return context.underlyingError.map { "\($0)" } ?? context.debugDescription
+        }
+        return "\(error)"
+    }
+}
+
+extension JSONValue {
+    var isScalar: Bool {
+        switch self {
+        case .bool, .string: return true
+        case .number(let value): return value.rounded() == value
+        default: return false
+        }
+    }
+}
+
+extension DetectionTables {
+    static let stringTableNames = ["debuggerProcesses", "placeholderUUIDs", "placeholderSerials", "systemTrustPaths"]
+
+    func stringTable(named name: String) -> [String]? {
+        switch name {
+        case "debuggerProcesses": return debuggerProcesses
+        case "placeholderUUIDs": return placeholderUUIDs
+        case "placeholderSerials": return placeholderSerials
+        case "systemTrustPaths": return systemTrustPaths
+        default: return nil
+        }
+    }
+}
+
+/// `{signal.name}` placeholders in a reason sentence.
+enum ReasonTemplate {
+    static func placeholders(in template: String) -> [String] {
+        var names: [String] = []
+        var rest = Substring(template)
+        while let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
+            names.append(String(rest[rest.index(after: open)..<close]))
+            rest = rest[rest.index(after: close)...]
+        }
+        return names
+    }
+
+    static func render(_ template: String, value: SignalValue?, signals: [String: SignalValue]) -> String {
+        var text = template
+        for name in placeholders(in: template) {
+            let replacement = name == "value" ? value : signals[name]
+            text = text.replacing("{\(name)}", with: replacement?.description ?? "unknown")
+        }
+        return text
+    }
+}

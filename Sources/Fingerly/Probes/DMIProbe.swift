@@ -1,0 +1,41 @@
+/// Firmware vendor strings from /sys/class/dmi/id (world-readable, unlike the serials).
+struct DMIProbe: Probe {
+    let id = "dmi"
+    static let directory = "/sys/class/dmi/id/"
+    static let strings = [
+        ("sys_vendor", "dmi.sys_vendor"),
+        ("product_name", "dmi.product_name"),
+        ("board_vendor", "dmi.board_vendor"),
+        ("bios_vendor", "dmi.bios_vendor"),
+    ]
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let host = context.host
+        var vendorTexts: [String] = []
+        for (file, signal) in Self.strings where context.wants(signal) || context.wants("dmi.virtualization_kind") {
+            guard let value = context.attempt({ () throws(HostReadError) in try host.readAttribute(Self.directory + file) }),
+                  !value.isEmpty else { continue }
+            context.emit(signal, value)
+            vendorTexts.append(value)
+        }
+        if context.wants("dmi.chassis_type") || context.wants("dmi.chassis_kind"),
+           let text = context.attempt({ () throws(HostReadError) in try host.readAttribute(Self.directory + "chassis_type") }) {
+            if let number = Int(text) {
+                context.emit("dmi.chassis_type", number)
+                context.emit("dmi.chassis_kind", context.tables.chassisTypes[String(number)] ?? "unknown")
+            } else {
+                context.recordMalformed(Self.directory + "chassis_type", "not an SMBIOS chassis number")
+            }
+        }
+        // The first table row that any vendor string matches wins, so the table's order ranks vendors.
+        for row in context.tables.dmiVendors {
+            if vendorTexts.contains(where: { $0.lowercased().contains(row.pattern.lowercased()) }) {
+                context.emit("dmi.virtualization_kind", row.kind)
+                break
+            }
+        }
+        if context.signals.isEmpty, context.issues.allSatisfy({ $0.status == .absent }) {
+            throw ProbeFailure(.absent, "\(Self.directory) is not there: this machine exposes no DMI/SMBIOS")
+        }
+    }
+}

@@ -1,0 +1,31 @@
+/// Dynamic-loader injection points: LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH and /etc/ld.so.preload.
+struct LoaderEnvironmentProbe: Probe {
+    let id = "loader-environment"
+    static let variables = [
+        ("LD_PRELOAD", "loader.ld_preload"),
+        ("LD_AUDIT", "loader.ld_audit"),
+        ("LD_LIBRARY_PATH", "loader.ld_library_path"),
+    ]
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let host = context.host
+        if let environment = context.attempt({ () throws(HostReadError) in try ProcessEnvironment.read(from: host) }) {
+            var set: [String] = []
+            for (name, signal) in Self.variables {
+                guard let value = environment[name], !value.isEmpty else { continue }
+                set.append(name)
+                context.emit(signal, value)
+            }
+            context.emit("loader.env_variables", set)
+        }
+        if context.wants("loader.preload_file_entries"),
+           let text = context.attemptIfPresent({ () throws(HostReadError) in try host.readText("/etc/ld.so.preload") }) {
+            // ld.so(8): entries separated by white space; '#' starts a comment in glibc's parser.
+            let entries = text.split(separator: "\n")
+                .map { $0.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? "" }
+                .flatMap { $0.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == ":" }) }
+                .map(String.init)
+            context.emit("loader.preload_file_entries", entries)
+        }
+    }
+}

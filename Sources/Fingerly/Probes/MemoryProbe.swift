@@ -1,0 +1,18 @@
+/// Installed memory from /proc/meminfo.
+struct MemoryProbe: Probe {
+    let id = "memory"
+    static let path = "/proc/meminfo"
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let text: String
+        do { text = try context.host.readText(Self.path) } catch { throw ProbeFailure(error) }
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("MemTotal:") }) else {
+            throw ProbeFailure(.malformed, "\(Self.path): no MemTotal line")
+        }
+        let fields = line.dropFirst("MemTotal:".count).split(separator: " ")
+        guard fields.count == 2, fields[1] == "kB", let kibibytes = Int(fields[0]), kibibytes > 0 else {
+            throw ProbeFailure(.malformed, "\(Self.path): MemTotal is not '<number> kB'")
+        }
+        context.emit("memory.total_bytes", kibibytes * 1024)
+    }
+}

@@ -1,0 +1,33 @@
+/// Exit statuses, following sysexits(3) where one fits.
+public enum ExitCode: Int32, Sendable {
+    case success = 0
+    /// A `--fail-on` verdict matched.
+    case failOnMatched = 3
+    /// EX_USAGE: bad flags or arguments.
+    case usage = 64
+    /// EX_DATAERR: a bad policy file or unusable input.
+    case dataError = 65
+    /// EX_UNAVAILABLE: asked for something this build cannot do (submission).
+    case unavailable = 69
+    /// EX_SOFTWARE: an internal error.
+    case software = 70
+}
+
+/// Where a command writes. Tests pass buffers; the executable passes the real streams.
+public struct CommandIO: Sendable {
+    public var standardOutput: @Sendable (String) -> Void
+    public var standardError: @Sendable (String) -> Void
+    public var environment: [String: String]
+    public var outputIsTerminal: Bool
+
+    public init(standardOutput: @escaping @Sendable (String) -> Void, standardError: @escaping @Sendable (String) -> Void,
+                environment: [String: String], outputIsTerminal: Bool) {
+        self.standardOutput = standardOutput
+        self.standardError = standardError
+        self.environment = environment
+        self.outputIsTerminal = outputIsTerminal
+    }
+
+    /// Colour only for a terminal, and never when NO_COLOR is set (no-color.org).
+    var usesColour: Bool { outputIsTerminal && environment["NO_COLOR"].map(\.isEmpty) ?? true }
+}

@@ -1,0 +1,96 @@
+import Fingerly
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The whole command line, callable from tests: returns the exit status instead of exiting.
+public enum FingerlyIdentify {
+    public static let help = """
+        USAGE: fingerly-identify --no-submit [options]
+               fingerly-identify probes [--json]
+
+        Collects device and integrity signals from this Linux host (or a root tree), applies the
+        verdict policy, and prints the result. Raw identifiers are only ever shown hashed.
+
+        OPTIONS:
+          --no-submit              Collect and judge locally; send and persist nothing.
+                                   (Submission is not implemented yet, so this is required.)
+          --json                   Print the full result (verdicts and report) as JSON on stdout.
+          --tiers LIST             fast, deferred or all (default: all).
+          --budget-ms N            Hard wall-clock budget for collection (default: 1200).
+          --concurrency N          Probes running at once (default: 4).
+          --timeout-ms N           Timeout for probes the catalogue gives none (default: 250).
+          --tag TEXT               A label carried in the report.
+          --root DIR               Read the host through DIR (a fixture, container root or image).
+          --policy FILE            Use this verdict policy instead of the embedded default.
+          --ignore LIST            Signals (os.kernel_version), groups (dmi.*) or probe ids that are
+                                   neither read nor reported.
+          --fail-on LIST           VERDICT[:CONFIDENCE],… : exit 3 when a named verdict is true at or
+                                   above that confidence (default low). Verdicts: \(VerdictName.allCases.map(\.rawValue).joined(separator: ", ")).
+          --api-key KEY            Keys the identifier hashes (default: $FINGERLY_API_KEY, else a local key).
+          --version                Print the version.
+          --help                   Print this help.
+
+        EXIT CODES:
+          0   success
+          3   a --fail-on verdict matched
+          64  usage error (bad flag or value)
+          65  bad input: invalid policy file, or --root is not a directory
+          69  unavailable: submission requested without --no-submit
+          70  internal error
+
+        ENVIRONMENT:
+          NO_COLOR                 Disables colour (colour is only used on a terminal anyway).
+          FINGERLY_API_KEY         Default for --api-key.
+
+        """
+
+    public static func main(_ arguments: [String], io: CommandIO) async -> Int32 {
+        do throws(UsageError) {
+            if arguments.first == "probes" {
+                let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: ProbesCommand.flags, options: [])
+                if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
+                if let extra = parsed.positionals.first { throw UsageError("unexpected argument '\(extra)'") }
+                return ProbesCommand(json: parsed.has("json")).run(io).rawValue
+            }
+            let parsed = try ParsedArguments(arguments, flags: IdentifyCommand.flags, options: IdentifyCommand.options)
+            if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
+            if parsed.has("version") { io.standardOutput("fingerly-identify \(Fingerly.version)\n"); return ExitCode.success.rawValue }
+            let command = try IdentifyCommand(parsed, environment: io.environment)
+            return await command.run(io).rawValue
+        } catch {
+            io.standardError("fingerly-identify: \(error.message)\nRun 'fingerly-identify --help' for usage.\n")
+            return ExitCode.usage.rawValue
+        }
+    }
+
+    /// The real process: real streams and environment.
+    public static func main() async -> Int32 {
+        var environment: [String: String] = [:]
+        var pointer = environ
+        while let entry = pointer.pointee {
+            let text = String(cString: entry)
+            if let equals = text.firstIndex(of: "=") {
+                environment[String(text[..<equals])] = String(text[text.index(after: equals)...])
+            }
+            pointer += 1
+        }
+        let io = CommandIO(
+            standardOutput: { writeAll($0, to: STDOUT_FILENO) },
+            standardError: { writeAll($0, to: STDERR_FILENO) },
+            environment: environment,
+            outputIsTerminal: isatty(1) == 1)
+        return await main(Array(CommandLine.arguments.dropFirst()), io: io)
+    }
+}
+
+/// Unbuffered so stdout and stderr interleave in order; retries short writes and EINTR.
+private func writeAll(_ text: String, to descriptor: Int32) {
+    var bytes = Array(text.utf8)[...]
+    while !bytes.isEmpty {
+        let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        if written < 0 && errno == EINTR { continue }
+        guard written > 0 else { return }
+        bytes = bytes.dropFirst(written)
+    }
+}

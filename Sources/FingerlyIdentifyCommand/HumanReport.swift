@@ -1,0 +1,58 @@
+import Fingerly
+
+/// The readable summary: verdicts with their reasons, then probe statuses and timings.
+struct HumanReport {
+    let result: IdentifyResult
+    let colour: Bool
+
+    private func paint(_ text: String, _ code: String) -> String {
+        colour ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text
+    }
+
+    private func padded(_ text: String, _ width: Int) -> String {
+        text.count >= width ? text + " " : text + String(repeating: " ", count: width - text.count)
+    }
+
+    func render() -> String {
+        let report = result.report
+        var lines: [String] = []
+        let place = report.root == "/" ? "this host" : "root \(report.root)"
+        lines.append(paint("Fingerly \(report.collectorVersion)", "1") + " — \(place), tiers \(report.tiers.map(\.rawValue).joined(separator: "+")), "
+            + "\(format(report.elapsedMs)) of a \(report.budgetMs) ms budget, policy '\(result.policy)'")
+        lines.append("")
+        lines.append(paint("Verdicts", "1"))
+        for name in VerdictName.allCases {
+            guard let verdict = result.verdicts[name] else { continue }
+            let value = verdict.value ? paint("TRUE ", "1;31") : "false"
+            var line = "  " + padded(name.rawValue, 16) + value + "  " + padded(verdict.confidence.rawValue, 7)
+            if let kind = verdict.kind { line += "kind: \(kind)" }
+            lines.append(line)
+            for reason in verdict.reasons {
+                lines.append("      - [\(reason.code), \(reason.confidence.rawValue)] \(reason.message)")
+            }
+            for missing in verdict.missingEvidence {
+                lines.append("      ? " + missing.message)
+            }
+        }
+        lines.append("")
+        lines.append(paint("Probes", "1"))
+        for probe in report.probes {
+            let status = probe.status == .ok ? probe.status.rawValue : paint(probe.status.rawValue, "33")
+            var line = "  " + padded(probe.id, 20) + padded(probe.tier.rawValue, 10) + padded(status, colour && probe.status != .ok ? 19 : 10)
+                + padded(format(probe.durationMs), 10) + "\(probe.signals.count) signals"
+            if let detail = probe.detail, probe.status != .ok { line += " — \(detail)" }
+            lines.append(line)
+            for issue in probe.issues where probe.status == .ok {
+                lines.append("      ? \(issue.path): \(issue.status.rawValue) (\(issue.detail))")
+            }
+        }
+        lines.append("")
+        lines.append("Suspect score \(result.suspectScore) (\(result.suspectLevel.rawValue)). Nothing was sent (--no-submit); --json shows the full report.")
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    private func format(_ milliseconds: Double) -> String {
+        let tenths = Int((milliseconds * 10).rounded())
+        return "\(tenths / 10).\(tenths % 10) ms"
+    }
+}

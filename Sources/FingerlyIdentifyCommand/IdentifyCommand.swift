@@ -1,0 +1,127 @@
+import Fingerly
+#if canImport(Glibc)
+import Glibc
+#endif
+import FoundationEssentials
+
+/// `fingerly-identify [options]`: collect, judge, and (for now, only) show locally.
+struct IdentifyCommand {
+    static let flags: Set<String> = ["no-submit", "json", "help", "version"]
+    static let options: Set<String> = ["tiers", "budget-ms", "concurrency", "tag", "root", "policy", "ignore",
+                                       "fail-on", "api-key", "timeout-ms"]
+
+    struct FailOn: Equatable {
+        let verdict: VerdictName
+        let atLeast: Confidence
+    }
+
+    var noSubmit = false
+    var json = false
+    var tiers: Set<Tier> = Set(Tier.allCases)
+    var schedule = ScheduleOptions()
+    var tag: String?
+    var root = "/"
+    var policyPath: String?
+    var ignore: Set<String> = []
+    var failOn: [FailOn] = []
+    var apiKey: String?
+
+    init(_ arguments: ParsedArguments, environment: [String: String]) throws(UsageError) {
+        noSubmit = arguments.has("no-submit")
+        json = arguments.has("json")
+        if let names = arguments.list("tiers") {
+            tiers = []
+            for name in names {
+                if name == "all" { tiers.formUnion(Tier.allCases); continue }
+                guard let tier = Tier(rawValue: name) else { throw UsageError("--tiers: unknown tier '\(name)'; use fast, deferred or all") }
+                tiers.insert(tier)
+            }
+            if tiers.isEmpty { throw UsageError("--tiers needs at least one tier") }
+        }
+        schedule.tiers = tiers
+        if let budget = try arguments.integer("budget-ms", in: 1...600_000) { schedule.budgetMs = budget }
+        if let concurrency = try arguments.integer("concurrency", in: 1...64) { schedule.concurrency = concurrency }
+        if let timeout = try arguments.integer("timeout-ms", in: 1...600_000) { schedule.defaultSourceTimeoutMs = timeout }
+        tag = arguments["tag"]
+        if let root = arguments["root"] {
+            guard !root.isEmpty else { throw UsageError("--root needs a directory") }
+            self.root = root
+        }
+        policyPath = arguments["policy"]
+        ignore = Set(arguments.list("ignore") ?? [])
+        if let specs = arguments.list("fail-on") {
+            for spec in specs {
+                let parts = spec.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+                guard parts.count <= 2, let verdict = VerdictName(rawValue: parts[0]) else {
+                    throw UsageError("--fail-on: '\(spec)' is not VERDICT[:CONFIDENCE]; verdicts are \(VerdictName.allCases.map(\.rawValue).joined(separator: ", "))")
+                }
+                let confidence = parts.count == 2 ? Confidence(rawValue: parts[1]) : .low
+                guard let confidence else { throw UsageError("--fail-on: confidence '\(parts[1])' must be low, medium or high") }
+                failOn.append(FailOn(verdict: verdict, atLeast: confidence))
+            }
+        }
+        apiKey = arguments["api-key"] ?? environment["FINGERLY_API_KEY"]
+        if !arguments.positionals.isEmpty {
+            throw UsageError("unexpected argument '\(arguments.positionals[0])'")
+        }
+    }
+
+    func run(_ io: CommandIO) async -> ExitCode {
+        guard noSubmit else {
+            io.standardError("fingerly-identify: submitting reports is not implemented in this version; "
+                + "run with --no-submit to collect and judge locally (nothing is sent)\n")
+            return .unavailable
+        }
+        var rootInfo = stat()
+        guard stat(root, &rootInfo) == 0, (rootInfo.st_mode & S_IFMT) == S_IFDIR else {
+            io.standardError("fingerly-identify: --root \(root): not a directory\n")
+            return .dataError
+        }
+        let policy: Policy?
+        do {
+            policy = try policyPath.map { path throws(PolicyError) in try Policy.load(contentsOf: path) }
+        } catch {
+            io.standardError("fingerly-identify: invalid policy: \(error)\n")
+            return .dataError
+        }
+
+        let fingerly: Fingerly
+        do {
+            // Running the command is the operator's consent to read this host.
+            fingerly = try Fingerly.load(apiKey: apiKey, schedule: schedule, consent: .granted,
+                                         options: CollectionOptions(root: root, attributesToIgnore: ignore, policy: policy))
+        } catch {
+            io.standardError("fingerly-identify: \(error)\n")
+            return .usage
+        }
+        let result: IdentifyResult
+        do {
+            result = try await fingerly.identify(tag: tag, tiers: tiers, submit: false)
+        } catch {
+            io.standardError("fingerly-identify: \(error)\n")
+            return .software
+        }
+
+        if json {
+            do {
+                io.standardOutput(String(decoding: try JSONEncoder.fingerly.encode(result), as: UTF8.self) + "\n")
+            } catch {
+                io.standardError("fingerly-identify: cannot encode the result: \(error)\n")
+                return .software
+            }
+        } else {
+            io.standardOutput(HumanReport(result: result, colour: io.usesColour).render())
+        }
+
+        let matched = failOn.filter { rule in
+            guard let verdict = result.verdicts[rule.verdict] else { return false }
+            return verdict.value && verdict.confidence >= rule.atLeast
+        }
+        if !matched.isEmpty {
+            let names = matched.map { "\($0.verdict.rawValue) (\(result.verdicts[$0.verdict]!.confidence.rawValue))" }
+            io.standardError("fingerly-identify: --fail-on matched: \(names.joined(separator: ", "))\n")
+            return .failOnMatched
+        }
+        return .success
+    }
+}

@@ -1,0 +1,6 @@
+import FingerlyIdentifyCommand
+#if canImport(Glibc)
+import Glibc
+#endif
+
+exit(await FingerlyIdentify.main())
