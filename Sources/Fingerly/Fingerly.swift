@@ -115,6 +115,8 @@ public final class Fingerly: Sendable {
         guard unknown.isEmpty else {
             throw .invalidConfiguration("unknown attribute(s) to ignore: \(unknown.joined(separator: ", ")); `fingerly-identify probes` lists them")
         }
+        // Decode the embedded tables now, so no identify call pays for it inside its budget.
+        _ = DetectionTables.embedded
         return Fingerly(apiKey: apiKey, endpoint: endpoint, schedule: schedule, consent: consent, options: options,
                         filter: filter, logger: logger)
     }
@@ -146,10 +148,14 @@ public final class Fingerly: Sendable {
         let consent = currentConsent
         guard consent == .granted else { throw ConsentError(consent: consent) }
         let selected = tiers ?? schedule.tiers
+        // The budget counts from the caller's request, not from when the scheduler got going.
+        let requestedAt = monotonicMilliseconds()
         return await withCheckedContinuation { continuation in
             // The coordinator blocks on a semaphore; keep it off the cooperative pool.
-            let started = startDetachedThread { continuation.resume(returning: self.collectBlocking(tag: tag, tiers: selected)) }
-            if !started { continuation.resume(returning: self.collectBlocking(tag: tag, tiers: selected)) }
+            let started = startDetachedThread {
+                continuation.resume(returning: self.collectBlocking(tag: tag, tiers: selected, startedAt: requestedAt))
+            }
+            if !started { continuation.resume(returning: self.collectBlocking(tag: tag, tiers: selected, startedAt: requestedAt)) }
         }
     }
 
@@ -161,9 +167,9 @@ public final class Fingerly: Sendable {
                                     policy: policy)
     }
 
-    func collectBlocking(tag: String?, tiers: Set<Tier>) -> SignalReport {
-        let started = monotonicMilliseconds()
-        let environment = ProbeEnvironment(host: HostFileSystem(root: options.root), tables: .embedded,
+    func collectBlocking(tag: String?, tiers: Set<Tier>, startedAt started: Double = monotonicMilliseconds(),
+                         log: HostAccessLog? = nil) -> SignalReport {
+        let environment = ProbeEnvironment(host: HostFileSystem(root: options.root, log: log), tables: .embedded,
                                            filter: filter, hasher: hasher)
         var jobs: [ScheduledProbe] = []
         var ignored: [ProbeEntry] = []
@@ -177,7 +183,7 @@ public final class Fingerly: Sendable {
                 jobs.append(job)
             }
         }
-        let entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: schedule.concurrency).run(jobs, in: environment)
+        let entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: schedule.concurrency).run(jobs, in: environment, startedAt: started)
         for entry in entries where entry.status != .ok && entry.status != .skipped {
             logger?.log(.debug, "probe \(entry.id): \(entry.status.rawValue): \(entry.detail ?? "")")
         }

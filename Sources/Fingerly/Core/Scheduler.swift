@@ -26,9 +26,9 @@ struct Scheduler: Sendable {
     let budgetMs: Int
     let concurrency: Int
 
-    func run(_ jobs: [ScheduledProbe], in environment: ProbeEnvironment) -> [ProbeEntry] {
-        let start = monotonicMilliseconds()
-        let budgetDeadline = start + Double(budgetMs)
+    /// - Parameter startedAt: when the caller's budget began (monotonic ms); defaults to now.
+    func run(_ jobs: [ScheduledProbe], in environment: ProbeEnvironment, startedAt: Double = monotonicMilliseconds()) -> [ProbeEntry] {
+        let budgetDeadline = startedAt + Double(budgetMs)
         let finished = Mutex<[Int: ProbeEntry]>([:])
         let wakeUp = DispatchSemaphore(value: 0)
 

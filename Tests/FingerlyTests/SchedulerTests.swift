@@ -1,0 +1,154 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Fingerly
+
+/// Counts how many probes run at once and in which order they started.
+final class RunTracker: Sendable {
+    let running = Atomic<Int>(0)
+    let peak = Atomic<Int>(0)
+    let starts = Mutex<[String]>([])
+
+    func enter(_ id: String) {
+        starts.withLock { $0.append(id) }
+        let now = running.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
+        var seen = peak.load(ordering: .sequentiallyConsistent)
+        while now > seen {
+            let (exchanged, original) = peak.compareExchange(expected: seen, desired: now, ordering: .sequentiallyConsistent)
+            if exchanged { break }
+            seen = original
+        }
+    }
+
+    func leave() { running.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+}
+
+/// A probe that sleeps, for scheduling tests.
+struct SleepingProbe: Probe {
+    let id: String
+    let sleepMs: Int
+    let tracker: RunTracker
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        tracker.enter(id)
+        usleep(UInt32(sleepMs * 1000))
+        tracker.leave()
+        context.emit("test.\(id)", true)
+    }
+}
+
+/// A probe that reads one host file, for budget tests with a FIFO.
+struct ReadingProbe: Probe {
+    let id: String
+    let path: String
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        do { _ = try context.host.read(path) } catch { throw ProbeFailure(error) }
+        context.emit("test.read", true)
+    }
+}
+
+private func environment(root: String = "/") -> ProbeEnvironment {
+    ProbeEnvironment(host: HostFileSystem(root: root), tables: .embedded, filter: .none, hasher: IdentifierHasher(apiKey: "k"))
+}
+
+private func makeFIFO(in root: String, at path: String) throws {
+    let full = root + path
+    try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+    #expect(mkfifo(full, 0o644) == 0)
+}
+
+/// Runs blocking work on its own thread so timing tests never hold Swift's cooperative pool,
+/// which every other async test (and `identify`'s own resumption) needs.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        Thread { continuation.resume(returning: body()) }.start()
+    }
+}
+
+@Suite struct SchedulerTests {
+    @Test func concurrencyLimitIsObserved() async {
+        let tracker = RunTracker()
+        let jobs = (0..<6).map { ScheduledProbe(probe: SleepingProbe(id: "p\($0)", sleepMs: 40, tracker: tracker), tier: .fast, timeoutMs: 2000) }
+        let entries = await offPool { Scheduler(budgetMs: 5000, concurrency: 2).run(jobs, in: environment()) }
+        #expect(entries.count == 6)
+        #expect(entries.allSatisfy { $0.status == .ok })
+        #expect(tracker.peak.load(ordering: .sequentiallyConsistent) == 2)
+    }
+
+    @Test func probesRunConcurrentlyUpToTheLimit() async {
+        let tracker = RunTracker()
+        let jobs = (0..<4).map { ScheduledProbe(probe: SleepingProbe(id: "p\($0)", sleepMs: 150, tracker: tracker), tier: .fast, timeoutMs: 2000) }
+        let started = monotonicMilliseconds()
+        let entries = await offPool { Scheduler(budgetMs: 5000, concurrency: 4).run(jobs, in: environment()) }
+        let elapsed = monotonicMilliseconds() - started
+        #expect(entries.allSatisfy { $0.status == .ok })
+        #expect(tracker.peak.load(ordering: .sequentiallyConsistent) == 4)
+        // Four 150 ms sleeps in parallel, not 600 ms in series.
+        #expect(elapsed < 450)
+    }
+
+    @Test func aProbeOverItsOwnTimeoutIsAbandonedAndOthersFinish() async {
+        let tracker = RunTracker()
+        let jobs = [
+            ScheduledProbe(probe: SleepingProbe(id: "slow", sleepMs: 1500, tracker: tracker), tier: .fast, timeoutMs: 60),
+            ScheduledProbe(probe: SleepingProbe(id: "quick", sleepMs: 5, tracker: tracker), tier: .fast, timeoutMs: 1000),
+        ]
+        let started = monotonicMilliseconds()
+        let entries = await offPool { Scheduler(budgetMs: 5000, concurrency: 2).run(jobs, in: environment()) }
+        let elapsed = monotonicMilliseconds() - started
+        #expect(entries.map(\.status) == [.timeout, .ok])
+        #expect(entries[0].detail?.contains("60 ms timeout") == true)
+        #expect(entries[0].signals.isEmpty)
+        #expect(elapsed < 600, "the run waited for the abandoned probe: \(elapsed) ms")
+    }
+
+    @Test func fastTierStartsBeforeDeferredEvenWhenListedLater() async {
+        let tracker = RunTracker()
+        let jobs = [
+            ScheduledProbe(probe: SleepingProbe(id: "heavy1", sleepMs: 20, tracker: tracker), tier: .deferred, timeoutMs: 1000),
+            ScheduledProbe(probe: SleepingProbe(id: "heavy2", sleepMs: 20, tracker: tracker), tier: .deferred, timeoutMs: 1000),
+            ScheduledProbe(probe: SleepingProbe(id: "cheap1", sleepMs: 1, tracker: tracker), tier: .fast, timeoutMs: 1000),
+            ScheduledProbe(probe: SleepingProbe(id: "cheap2", sleepMs: 1, tracker: tracker), tier: .fast, timeoutMs: 1000),
+        ]
+        let entries = await offPool { Scheduler(budgetMs: 5000, concurrency: 1).run(jobs, in: environment()) }
+        #expect(tracker.starts.withLock { $0 } == ["cheap1", "cheap2", "heavy1", "heavy2"])
+        // The report keeps the order the probes were given in.
+        #expect(entries.map(\.id) == ["heavy1", "heavy2", "cheap1", "cheap2"])
+    }
+
+    @Test func budgetIsAHardBoundWhenAProbeBlocksForeverOnAFIFO() async throws {
+        let root = try TestPaths.temporaryDirectory("fifo")
+        try makeFIFO(in: root, at: "/proc/meminfo")
+        let tracker = RunTracker()
+        let jobs = [
+            ScheduledProbe(probe: ReadingProbe(id: "blocked", path: "/proc/meminfo"), tier: .fast, timeoutMs: 10_000),
+            ScheduledProbe(probe: SleepingProbe(id: "fine", sleepMs: 1, tracker: tracker), tier: .fast, timeoutMs: 10_000),
+            ScheduledProbe(probe: SleepingProbe(id: "late", sleepMs: 1, tracker: tracker), tier: .deferred, timeoutMs: 10_000),
+        ]
+        let started = monotonicMilliseconds()
+        let entries = await offPool { Scheduler(budgetMs: 200, concurrency: 1).run(jobs, in: environment(root: root)) }
+        let elapsed = monotonicMilliseconds() - started
+        #expect(elapsed >= 200 && elapsed < 225, "returned after \(elapsed) ms for a 200 ms budget")
+        #expect(entries.map(\.status) == [.timeout, .skipped, .skipped])
+        #expect(entries[0].detail?.contains("budget") == true)
+    }
+
+    @Test func identifyReturnsWithinBudgetPlus25MsWithABlockedProbe() async throws {
+        let root = try TestPaths.temporaryDirectory("fifo-identify")
+        try makeFIFO(in: root, at: "/etc/os-release")
+        // The os probe's catalogue timeout (100 ms) is longer than this budget, so only the budget can end it.
+        let schedule = ScheduleOptions(budgetMs: 60, defaultSourceTimeoutMs: 250, concurrency: 4, tiers: [.fast])
+        let clock = ContinuousClock()
+        let started = clock.now
+        let result = try await identify(root: root, schedule: schedule)
+        let elapsed = started.duration(to: clock.now)
+        #expect(elapsed < .milliseconds(85), "identify took \(elapsed)")
+        #expect(try result.probe("os").status == .timeout)
+        #expect(try result.probe("memory").status == .absent)
+    }
+
+    @Test func emptyJobListReturnsImmediately() async {
+        #expect(await offPool { Scheduler(budgetMs: 1000, concurrency: 2).run([], in: environment()) }.isEmpty)
+    }
+}
