@@ -1,0 +1,213 @@
+import Foundation
+import Testing
+@testable import Fingerly
+@testable import FingerlyIdentifyCommand
+
+/// The built `fingerly-identify` binary, end to end.
+@Suite(.serialized) struct CommandLineTests {
+    @Test func jsonHasTheDocumentedShapeWithSortedKeys() throws {
+        let run = try runCLI(["--no-submit", "--json", "--root", TestPaths.fixture("kvm-qemu"), "--tag", "login"])
+        #expect(run.status == 0, "\(run.standardError)")
+        let json = try run.json()
+        for key in ["requestId", "identifiable", "state", "suspectScore", "suspectLevel", "triggers", "verdicts", "report", "policy"] {
+            #expect(json[key] != nil, "missing \(key)")
+        }
+        #expect(json["state"] as? String == "collected")
+        let verdicts = try #require(json["verdicts"] as? [String: [String: Any]])
+        #expect(Set(verdicts.keys) == Set(VerdictName.allCases.map(\.rawValue)))
+        for (_, verdict) in verdicts {
+            #expect(verdict["value"] is Bool && verdict["confidence"] is String && verdict["reasons"] is [Any])
+        }
+        let report = try #require(json["report"] as? [String: Any])
+        #expect(report["schemaVersion"] as? Int == SignalReport.currentSchemaVersion)
+        #expect(report["tag"] as? String == "login")
+        let probes = try #require(report["probes"] as? [[String: Any]])
+        #expect(probes.map { $0["id"] as? String } == ProbeRegistry.builtIn.map(\.id))
+        for probe in probes {
+            #expect(probe["tier"] as? String == "fast")
+            #expect(probe["status"] is String && probe["durationMs"] is Double && probe["signals"] is [String: Any])
+        }
+        // Sorted keys: the top-level keys appear in lexical order in the bytes themselves.
+        let positions = ["identifiable", "policy", "report", "requestId", "state", "suspectLevel", "suspectScore", "triggers", "verdicts"]
+            .map { try! #require(run.standardOutput.range(of: "\"\($0)\":{", options: []) ?? run.standardOutput.range(of: "\"\($0)\":")).lowerBound }
+        #expect(positions == positions.sorted())
+        #expect(!run.standardOutput.contains("\\/"), "slashes must not be escaped")
+    }
+
+    @Test func failOnExitsThreeAtOrAboveTheConfidence() throws {
+        let kvm = TestPaths.fixture("kvm-qemu"), hyperv = TestPaths.fixture("hyperv")
+        let matched = try runCLI(["--no-submit", "--root", kvm, "--fail-on", "debugger,tampering:medium"])
+        #expect(matched.status == 3)
+        #expect(matched.standardError.contains("debugger (high)"))
+        #expect(try runCLI(["--no-submit", "--root", kvm, "--fail-on", "tampering"]).status == 0)
+        #expect(try runCLI(["--no-submit", "--root", hyperv, "--fail-on", "farm"]).status == 3)
+        #expect(try runCLI(["--no-submit", "--root", hyperv, "--fail-on", "farm:medium"]).status == 0)
+        #expect(try runCLI(["--no-submit", "--root", hyperv, "--fail-on=tampering:high"]).status == 3)
+    }
+
+    @Test(arguments: [
+        (["--no-submit", "--bogus"], "unknown option '--bogus'"),
+        (["--no-submit", "-x"], "unknown option '-x'"),
+        (["--no-submit", "--tiers", "slow"], "unknown tier 'slow'"),
+        (["--no-submit", "--budget-ms", "soon"], "--budget-ms must be a whole number"),
+        (["--no-submit", "--budget-ms", "0"], "--budget-ms must be a whole number"),
+        (["--no-submit", "--concurrency"], "--concurrency needs a value"),
+        (["--no-submit", "--fail-on", "psychic"], "'psychic' is not VERDICT[:CONFIDENCE]"),
+        (["--no-submit", "--fail-on", "debugger:certain"], "confidence 'certain'"),
+        (["--no-submit", "--ignore", "no.such.signal"], "unknown attribute(s) to ignore: no.such.signal"),
+        (["--no-submit", "--json=yes"], "--json takes no value"),
+        (["--no-submit", "extra"], "unexpected argument 'extra'"),
+        (["--no-submit", "--tag", "a", "--tag", "b"], "--tag is given twice"),
+    ])
+    func usageErrorsExit64WithAMessageOnStderr(_ arguments: [String], _ message: String) throws {
+        let run = try runCLI(arguments)
+        #expect(run.status == 64)
+        #expect(run.standardError.contains(message), "\(run.standardError)")
+        #expect(run.standardOutput.isEmpty)
+    }
+
+    @Test func badInputExits65() throws {
+        let directory = try TestPaths.temporaryDirectory("policy")
+        let policy = directory + "/broken.json"
+        try #"{"policyVersion": 1, "verdicts": {"debugger": {"rules": [{"id": "x", "when": {"signal": "process.tracerpid", "equals": 1}, "confidence": "high", "reason": "r"}]}}}"#
+            .write(toFile: policy, atomically: true, encoding: .utf8)
+        let run = try runCLI(["--no-submit", "--policy", policy])
+        #expect(run.status == 65)
+        #expect(run.standardError.contains("\(policy): verdict 'debugger', rule 1 ('x'): field 'when.signal': unknown signal 'process.tracerpid'"))
+        let missingPolicy = try runCLI(["--no-submit", "--policy", directory + "/absent.json"])
+        #expect(missingPolicy.status == 65 && missingPolicy.standardError.contains("absent"))
+        let missingRoot = try runCLI(["--no-submit", "--root", directory + "/no-such-root"])
+        #expect(missingRoot.status == 65 && missingRoot.standardError.contains("not a directory"))
+    }
+
+    @Test func policyOverrideChangesTheVerdicts() throws {
+        let directory = try TestPaths.temporaryDirectory("policy-override")
+        let policy = directory + "/strict.json"
+        try #"{"policyVersion": 1, "name": "strict", "verdicts": {"automation": {"rules": [{"id": "runs_as_root", "when": {"signal": "process.uid", "equals": 0}, "confidence": "medium", "reason": "uid {value}"}]}}}"#
+            .write(toFile: policy, atomically: true, encoding: .utf8)
+        let run = try runCLI(["--no-submit", "--json", "--policy", policy, "--root", TestPaths.fixture("kvm-qemu")])
+        #expect(run.status == 0)
+        let json = try run.json()
+        #expect(json["policy"] as? String == "strict")
+        let verdicts = try #require(json["verdicts"] as? [String: [String: Any]])
+        #expect(verdicts["automation"]?["value"] as? Bool == true)
+        #expect(verdicts["debugger"]?["value"] as? Bool == false, "the override replaces the default rules")
+    }
+
+    @Test func withoutNoSubmitItSaysSubmissionIsNotAvailableAndSendsNothing() throws {
+        let run = try runCLI(["--root", TestPaths.fixture("laptop-baremetal")])
+        #expect(run.status == 69)
+        #expect(run.standardError.contains("--no-submit"))
+        #expect(run.standardOutput.isEmpty)
+    }
+
+    @Test func helpVersionAndProbes() throws {
+        let help = try runCLI(["--help"])
+        #expect(help.status == 0 && help.standardOutput.contains("EXIT CODES") && help.standardOutput.contains("--fail-on"))
+        let version = try runCLI(["--version"])
+        #expect(version.status == 0 && version.standardOutput == "fingerly-identify \(Fingerly.version)\n")
+        let probes = try runCLI(["probes"])
+        #expect(probes.status == 0)
+        for entry in ProbeCatalogue.embedded.probes { #expect(probes.standardOutput.contains(entry.id + "  [")) }
+        let probesJSON = try runCLI(["probes", "--json"])
+        #expect(try JSONDecoder().decode(ProbeCatalogue.self, from: Data(probesJSON.standardOutput.utf8)) == .embedded)
+    }
+
+    @Test func tiersSelectWhichProbesRun() throws {
+        let fast = try runCLI(["--no-submit", "--json", "--tiers", "fast", "--root", TestPaths.fixture("docker")]).json()
+        let report = try #require(fast["report"] as? [String: Any])
+        #expect(report["tiers"] as? [String] == ["fast"])
+        #expect((report["probes"] as? [Any])?.count == ProbeCatalogue.embedded.probes.filter { $0.tier == .fast }.count)
+        let deferredOnly = try runCLI(["--no-submit", "--json", "--tiers", "deferred", "--root", TestPaths.fixture("docker")]).json()
+        let deferredProbes = try #require((deferredOnly["report"] as? [String: Any])?["probes"] as? [[String: Any]])
+        #expect(deferredProbes.allSatisfy { $0["tier"] as? String == "deferred" })
+    }
+
+    @Test func aFIFOUnderRootCannotHoldTheRunPastItsBudget() throws {
+        let root = try TestPaths.temporaryDirectory("cli-fifo")
+        try FileManager.default.createDirectory(atPath: root + "/proc", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: root + "/etc", withIntermediateDirectories: true)
+        #expect(mkfifo(root + "/proc/cpuinfo", 0o644) == 0)
+        #expect(mkfifo(root + "/etc/os-release", 0o644) == 0)
+        let run = try runCLI(["--no-submit", "--json", "--root", root, "--budget-ms", "80"])
+        #expect(run.status == 0, "\(run.standardError)")
+        let report = try #require(try run.json()["report"] as? [String: Any])
+        let probes = try #require(report["probes"] as? [[String: Any]])
+        let status = { (id: String) in probes.first { $0["id"] as? String == id }?["status"] as? String }
+        #expect(status("cpu") == "timeout")
+        #expect(status("os") == "timeout")
+        #expect(status("memory") == "absent")
+        let elapsed = try #require(report["elapsedMs"] as? Double)
+        #expect(elapsed < 80 + 25, "collection took \(elapsed) ms for an 80 ms budget")
+    }
+
+    @Test func rawIdentifiersNeverAppearInTheOutput() throws {
+        for fixture in TestPaths.hostFixtures {
+            let root = TestPaths.fixture(fixture)
+            var raw: [String] = []
+            for path in ["/etc/machine-id", "/var/lib/dbus/machine-id", "/sys/class/dmi/id/product_uuid",
+                         "/sys/class/dmi/id/product_serial", "/sys/class/dmi/id/board_serial", "/sys/class/dmi/id/chassis_serial"] {
+                guard let text = try? String(contentsOfFile: root + path, encoding: .utf8) else { continue }
+                let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
+                // Placeholders ("None", "uninitialized", all zeros) identify nothing.
+                if value.count >= 8 && !value.allSatisfy({ $0 == "0" || $0 == "-" }) && value != "uninitialized" { raw.append(value) }
+            }
+            for arguments in [["--json"], []] {
+                let run = try runCLI(["--no-submit", "--root", root] + arguments)
+                #expect(run.status == 0 || fixture == "malformed")
+                let output = (run.standardOutput + run.standardError).lowercased()
+                for value in raw {
+                    #expect(!output.contains(value.lowercased()), "\(fixture): raw identifier \(value) leaked")
+                }
+            }
+        }
+    }
+
+    @Test func humanOutputIsColourlessUnlessATerminalWithoutNoColor() async throws {
+        func render(terminal: Bool, environment: [String: String]) async -> String {
+            let buffer = Locked("")
+            let io = CommandIO(standardOutput: { text in buffer.set(buffer.value + text) }, standardError: { _ in },
+                               environment: environment, outputIsTerminal: terminal)
+            let status = await FingerlyIdentify.main(["--no-submit", "--root", TestPaths.fixture("kvm-qemu")], io: io)
+            #expect(status == 0)
+            return buffer.value
+        }
+        let coloured = await render(terminal: true, environment: [:])
+        #expect(coloured.contains("\u{1B}["))
+        #expect(!(await render(terminal: true, environment: ["NO_COLOR": "1"])).contains("\u{1B}["))
+        let plain = await render(terminal: false, environment: [:])
+        #expect(!plain.contains("\u{1B}["))
+        // Verdicts with reasons first, then probe statuses and timings.
+        let verdictsAt = try #require(plain.range(of: "Verdicts")), probesAt = try #require(plain.range(of: "Probes"))
+        #expect(verdictsAt.lowerBound < probesAt.lowerBound)
+        #expect(plain.contains("debugger        TRUE"))
+        #expect(plain.contains("[tracer_pid, high]"))
+        #expect(plain.contains("dmi                 fast      ok"))
+    }
+
+    @Test func unreadableFilesAreRecordedAsDeniedForAnUnprivilegedUser() throws {
+        let root = try TestPaths.temporaryDirectory("denied")
+        _ = try runProcess("/bin/cp", ["-a", TestPaths.fixture("laptop-baremetal") + "/.", root])
+        // Root-owned and 0400, as sysfs serves the serials; /proc/meminfo made unreadable too.
+        for path in ["/etc/machine-id", "/sys/class/dmi/id/product_uuid", "/sys/class/dmi/id/product_serial", "/proc/meminfo"] {
+            #expect(chmod(root + path, 0o400) == 0)
+        }
+        #expect(chmod(root, 0o755) == 0)
+        let run = try runProcess("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", TestPaths.cli,
+                                                     "--no-submit", "--json", "--root", root])
+        #expect(run.status == 0, "\(run.standardError)")
+        let json = try run.json()
+        let report = try #require(json["report"] as? [String: Any])
+        let probes = try #require(report["probes"] as? [[String: Any]])
+        let probe = { (id: String) in probes.first { $0["id"] as? String == id } ?? [:] }
+        #expect(probe("memory")["status"] as? String == "denied")
+        let identity = probe("machine-identity")
+        let issues = try #require(identity["issues"] as? [[String: Any]])
+        #expect(issues.contains { $0["path"] as? String == "/etc/machine-id" && $0["status"] as? String == "denied" })
+        #expect(issues.contains { $0["path"] as? String == "/sys/class/dmi/id/product_uuid" && $0["status"] as? String == "denied" })
+        // What could be read still is: the D-Bus copy of machine-id is world-readable.
+        let signals = try #require(identity["signals"] as? [String: Any])
+        #expect(signals["machine.dbus_machine_id"] is String)
+        #expect(probes.count == ProbeRegistry.builtIn.count, "a denied probe must not drop out of the report")
+    }
+}
