@@ -9,8 +9,14 @@ struct HumanReport {
         colour ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text
     }
 
+    /// Pads to a visible width: colour escapes take no columns.
     private func padded(_ text: String, _ width: Int) -> String {
-        text.count >= width ? text + " " : text + String(repeating: " ", count: width - text.count)
+        var visible = 0
+        var inEscape = false
+        for character in text {
+            if character == "\u{1B}" { inEscape = true } else if inEscape { inEscape = character != "m" } else { visible += 1 }
+        }
+        return visible >= width ? text + " " : text + String(repeating: " ", count: width - visible)
     }
 
     func render() -> String {
@@ -24,8 +30,8 @@ struct HumanReport {
         for name in VerdictName.allCases {
             guard let verdict = result.verdicts[name] else { continue }
             let value = verdict.value ? paint("TRUE ", "1;31") : "false"
-            var line = "  " + padded(name.rawValue, 16) + value + "  " + padded(verdict.confidence.rawValue, 7)
-            if let kind = verdict.kind { line += "kind: \(kind)" }
+            var line = "  " + padded(name.rawValue, 16) + value + "  " + verdict.confidence.rawValue
+            if let kind = verdict.kind { line = padded(line, 34) + "kind: \(kind)" }
             lines.append(line)
             for reason in verdict.reasons {
                 lines.append("      - [\(reason.code), \(reason.confidence.rawValue)] \(reason.message)")
@@ -38,8 +44,8 @@ struct HumanReport {
         lines.append(paint("Probes", "1"))
         for probe in report.probes {
             let status = probe.status == .ok ? probe.status.rawValue : paint(probe.status.rawValue, "33")
-            var line = "  " + padded(probe.id, 20) + padded(probe.tier.rawValue, 10) + padded(status, colour && probe.status != .ok ? 19 : 10)
-                + padded(format(probe.durationMs), 10) + "\(probe.signals.count) signals"
+            var line = "  " + padded(probe.id, 20) + padded(probe.tier.rawValue, 10) + padded(status, 10)
+                + padded(format(probe.durationMs), 10) + "\(probe.signals.count) signal\(probe.signals.count == 1 ? "" : "s")"
             if let detail = probe.detail, probe.status != .ok { line += " — \(detail)" }
             lines.append(line)
             for issue in probe.issues where probe.status == .ok {
