@@ -12,7 +12,8 @@ struct DMIProbe: Probe {
     func collect(into context: ProbeContext) throws(ProbeFailure) {
         let host = context.host
         var vendorTexts: [String] = []
-        for (file, signal) in Self.strings where context.wants(signal) || context.wants("dmi.virtualization_kind") {
+        // An ignored string is not read, so it cannot name a hypervisor either.
+        for (file, signal) in Self.strings where context.wants(signal) {
             guard let value = context.attempt({ () throws(HostReadError) in try host.readAttribute(Self.directory + file) }),
                   !value.isEmpty else { continue }
             context.emit(signal, value)

@@ -1,0 +1,61 @@
+import Foundation
+import Testing
+@testable import Fingerly
+
+/// Every rule of the shipped policy, fired by the evidence it is written for.
+@Suite struct DefaultPolicyTests {
+    /// rule id -> (verdict, signals that must fire it, kind expected when it is the deciding rule)
+    static let cases: [String: (VerdictName, [String: SignalValue], String?)] = [
+        "dmi_names_microvm": (.virtualization, ["dmi.virtualization_kind": .string("cloud-hypervisor"), "dmi.sys_vendor": .string("Cloud Hypervisor")], "cloud-hypervisor"),
+        "cpuid_hypervisor_vendor": (.virtualization, ["cpu.hypervisor_vendor": .string("KVMKVMKVM"), "cpu.hypervisor_kind": .string("kvm")], "kvm"),
+        "cpuid_unknown_hypervisor_vendor": (.virtualization, ["cpu.hypervisor_vendor": .string("NewHvVendor1")], "NewHvVendor1"),
+        "dmi_vendor_names_hypervisor": (.virtualization, ["dmi.virtualization_kind": .string("vmware")], "vmware"),
+        "cpuid_hypervisor_bit": (.virtualization, ["cpu.hypervisor_bit": .bool(true)], nil),
+        "cpuinfo_hypervisor_flag": (.virtualization, ["cpu.hypervisor_flag": .bool(true)], nil),
+        "container_marker_file": (.container, ["container.markers": .strings(["/run/.containerenv"]), "container.marker_kind": .string("podman")], "podman"),
+        "wsl_kernel": (.container, ["os.kernel_release": .string("5.15.153.1-microsoft-standard-WSL2")], "wsl2"),
+        "wsl1_kernel": (.container, ["os.kernel_release": .string("4.4.0-19041-Microsoft")], "wsl"),
+        "tracer_pid": (.debugger, ["process.tracer_pid": .int(77)], nil),
+        "parent_is_debugger": (.debugger, ["process.parent_comm": .string("strace")], "strace"),
+        "instrumentation_preload": (.instrumentation, ["loader.ld_preload": .string("/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so")], nil),
+        "ld_so_preload": (.tampering, ["loader.preload_file_entries": .strings(["/lib/x.so"])], nil),
+        "ld_audit": (.tampering, ["loader.ld_audit": .string("/tmp/audit.so")], nil),
+        "ld_preload": (.tampering, ["loader.ld_preload": .string("/tmp/hook.so")], nil),
+        "node_tls_verification_disabled": (.mitm, ["tls.env_verification_disabled": .bool(true)], nil),
+        "trust_store_override": (.mitm, ["tls.env_trust_overrides": .strings(["SSL_CERT_FILE"])], nil),
+        "proxy_environment": (.proxy, ["proxy.env_variables": .strings(["https_proxy"]), "proxy.env.https_proxy": .string("http://127.0.0.1:8080")], nil),
+        "machine_id_not_initialised": (.farm, ["machine.machine_id_state": .string("uninitialized")], nil),
+        "machine_id_malformed": (.farm, ["machine.machine_id_state": .string("malformed")], nil),
+        "dmi_uuid_placeholder": (.farm, ["machine.dmi_product_uuid_state": .string("placeholder")], nil),
+    ]
+
+    @Test func everyShippedRuleHasACase() {
+        let policy = Policy.embedded()
+        let shipped = VerdictName.allCases.flatMap { name in (policy.verdicts[name]?.rules ?? []).map(\.id) }
+        #expect(Set(shipped) == Set(Self.cases.keys))
+    }
+
+    @Test(arguments: cases.keys.sorted())
+    func ruleFiresOnItsEvidence(_ id: String) throws {
+        let (verdictName, signals, kind) = try #require(Self.cases[id])
+        let report = SignalReport(schemaVersion: 1, collectorVersion: "t", collectedAt: Date(), tag: nil, root: "/", tiers: [.fast],
+                                  budgetMs: 1, elapsedMs: 0,
+                                  probes: [ProbeEntry(id: "t", tier: .fast, status: .ok, durationMs: 0, detail: nil, issues: [], signals: signals)])
+        let verdicts = VerdictEngine(policy: .embedded(), catalogue: .embedded).evaluate(report)
+        let verdict = try #require(verdicts[verdictName])
+        #expect(verdict.value)
+        #expect(verdict.reasons.map(\.code).contains(id), "\(verdict.reasons)")
+        #expect(verdict.kind == kind)
+        #expect(verdict.reasons.allSatisfy { !$0.message.contains("{") }, "unfilled placeholder")
+        // Evidence for one verdict fires no other, except that an instrumentation runtime
+        // injected with LD_PRELOAD is a preload too.
+        let expectedAlso: Set<VerdictName> = id == "instrumentation_preload" ? [.tampering] : []
+        for (other, otherVerdict) in verdicts where other != verdictName {
+            if expectedAlso.contains(other) {
+                #expect(otherVerdict.value, "\(id) should also fire \(other)")
+                continue
+            }
+            #expect(!otherVerdict.value, "\(id) also fired \(other)")
+        }
+    }
+}
