@@ -18,7 +18,7 @@ let package = Package(
 
         .target(
             name: "Fingerly",
-            dependencies: ["CCrypto", "CFingerlyShims"],
+            dependencies: ["CCrypto", "CUdev", "CBlkid", "CFingerlyShims"],
             resources: [
                 // Symlinks to the top-level probes/ and policies/ data, compiled into the binary
                 // so an installed copy never looks for the build tree.

@@ -188,11 +188,13 @@ public final class Fingerly: Sendable {
             logger?.log(.debug, "probe \(entry.id): \(entry.status.rawValue): \(entry.detail ?? "")")
         }
         let order = Dictionary(uniqueKeysWithValues: probes.enumerated().map { ($0.element.id, $0.offset) })
+        let identity = HostIdentity.derive(from: entries.flatMap(\.identityComponents), hasher: hasher)
         return SignalReport(schemaVersion: SignalReport.currentSchemaVersion, collectorVersion: Fingerly.version,
                             collectedAt: Date(), tag: tag, root: environment.host.root,
                             tiers: tiers.sorted(), budgetMs: schedule.budgetMs,
                             elapsedMs: (monotonicMilliseconds() - started).roundedToMicroseconds,
-                            probes: (entries + ignored).sorted { order[$0.id, default: 0] < order[$1.id, default: 0] })
+                            probes: (entries + ignored).sorted { order[$0.id, default: 0] < order[$1.id, default: 0] },
+                            identity: identity)
     }
 
     public static let version = "0.1.0"

@@ -48,6 +48,12 @@ import Testing
                 #expect(spec != nil, "\(probe.id) on \(fixture) emitted undeclared signal \(name)")
                 #expect(spec?.type == value.typeName, "\(probe.id): \(name) is \(value.typeName), declared \(spec?.type ?? "-")")
             }
+            // Offered identity components are the ones the catalogue documents, with their readability.
+            for component in context.components {
+                let spec = entry.identityComponents?.first { $0.name == component.name && $0.scope == component.scope }
+                #expect(spec != nil, "\(probe.id) offered undocumented component \(component.scope)/\(component.name)")
+                if let fixed = spec?.worldReadable { #expect(fixed == component.worldReadable, "\(component.name) readability") }
+            }
             for path in log.recorded {
                 #expect(entry.reads.contains { Self.matches(pattern: $0, path: path) },
                         "\(probe.id) on \(fixture) read \(path), which the catalogue does not list")
@@ -65,10 +71,17 @@ import Testing
         }
     }
 
+    /// `*` matches one path component, `**` any number of them.
     static func matches(pattern: String, path: String) -> Bool {
-        let patternParts = pattern.split(separator: "/")
-        let pathParts = path.split(separator: "/")
-        guard patternParts.count == pathParts.count else { return false }
-        return zip(patternParts, pathParts).allSatisfy { $0 == "*" || $0 == $1 }
+        matches(pattern.split(separator: "/")[...], path.split(separator: "/")[...])
+    }
+
+    private static func matches(_ pattern: ArraySlice<Substring>, _ path: ArraySlice<Substring>) -> Bool {
+        guard let head = pattern.first else { return path.isEmpty }
+        if head == "**" {
+            return (0...path.count).contains { matches(pattern.dropFirst(), path.dropFirst($0)) }
+        }
+        guard let component = path.first, head == "*" || head == component else { return false }
+        return matches(pattern.dropFirst(), path.dropFirst())
     }
 }

@@ -24,7 +24,7 @@ import Testing
         let probes = try #require(report["probes"] as? [[String: Any]])
         #expect(probes.map { $0["id"] as? String } == ProbeRegistry.builtIn.map(\.id))
         for probe in probes {
-            #expect(probe["tier"] as? String == "fast")
+            #expect(probe["tier"] as? String == ProbeCatalogue.embedded.entry(probe["id"] as? String ?? "")?.tier.rawValue)
             #expect(probe["status"] is String && probe["durationMs"] is Double && probe["signals"] is [String: Any])
         }
         // Sorted keys: the top-level keys appear in lexical order in the bytes themselves.

@@ -13,7 +13,8 @@ private func policy(_ verdicts: String) throws -> Policy {
 private func report(_ signals: [String: SignalValue], status: ProbeStatus = .ok, probe: String = "test") -> SignalReport {
     SignalReport(schemaVersion: 1, collectorVersion: "t", collectedAt: Date(), tag: nil, root: "/", tiers: [.fast], budgetMs: 1,
                  elapsedMs: 0, probes: [ProbeEntry(id: probe, tier: .fast, status: status, durationMs: 0, detail: "why",
-                                                   issues: [], signals: signals)])
+                                                   issues: [], signals: signals, identityComponents: [])],
+                 identity: .derive(from: [], hasher: IdentifierHasher(apiKey: "k")))
 }
 
 private func evaluate(_ policy: Policy, _ signals: [String: SignalValue], status: ProbeStatus = .ok, probe: String = "test") -> [VerdictName: Verdict] {

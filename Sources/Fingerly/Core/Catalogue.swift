@@ -15,6 +15,14 @@ public struct ProbeCatalogue: Sendable, Codable, Hashable {
         public let description: String
     }
 
+    public struct ComponentSpec: Sendable, Codable, Hashable {
+        public let name: String
+        public let scope: IdentityComponent.Scope
+        /// nil: decided per value by the source's file mode.
+        public let worldReadable: Bool?
+        public let description: String
+    }
+
     public struct Entry: Sendable, Codable, Hashable {
         public let id: String
         public let tier: Tier
@@ -24,6 +32,8 @@ public struct ProbeCatalogue: Sendable, Codable, Hashable {
         public let reads: [String]
         public let syscalls: [String]
         public let signals: [SignalSpec]
+        /// Values the probe offers to hardwareId/instanceId.
+        public let identityComponents: [ComponentSpec]?
         /// Known benign causes that still fire a verdict (read by people, printed by `probes`).
         public let falsePositiveNotes: [String]?
     }

@@ -36,5 +36,14 @@ enum ProbeRegistry {
         LoaderEnvironmentProbe(),
         ProxyEnvironmentProbe(),
         ContainerMarkersProbe(),
+        PCIProbe(),
+        USBProbe(),
+        BlockProbe(),
+        NetworkInterfacesProbe(),
+        InputDevicesProbe(),
+        DisplayProbe(),
+        SoundProbe(),
+        TPMProbe(),
+        FilesystemIdentityProbe(),
     ]
 }

@@ -7,6 +7,9 @@ final class ProbeContext {
     private let hasher: IdentifierHasher
     private(set) var signals: [String: SignalValue] = [:]
     private(set) var issues: [SourceIssue] = []
+    /// A remark for the report on how the probe got its data (a fallback, say).
+    private(set) var notes: [String] = []
+    private(set) var components: [IdentityComponent] = []
 
     init(host: HostFileSystem, tables: DetectionTables, filter: AttributeFilter, hasher: IdentifierHasher) {
         self.host = host
@@ -28,10 +31,22 @@ final class ProbeContext {
     func emit(_ signal: String, _ value: Bool) { emit(signal, .bool(value)) }
     func emit(_ signal: String, _ value: [String]) { emit(signal, .strings(value)) }
 
+    /// The keyed hash of a raw identifier, for signals that list several.
+    func hash(_ raw: String) -> String { hasher.hash(raw) }
+
     /// Emits a raw identifier as its keyed hash; the raw value never reaches the report.
     func emitIdentifier(_ signal: String, raw: String) {
         guard wants(signal) else { return }
         signals[signal] = .string(hasher.hash(raw))
+    }
+
+    func note(_ text: String) { notes.append(text) }
+
+    /// Offers a value to the stable identifiers. It is hashed here; `world-readable` says
+    /// whether an unprivileged user can read it too, because only such values may shape an
+    /// identifier (root-only values are kept as extra evidence).
+    func contribute(_ scope: IdentityComponent.Scope, _ name: String, raw: String, worldReadable: Bool) {
+        components.append(IdentityComponent(scope: scope, name: name, hash: hasher.hash(raw), worldReadable: worldReadable))
     }
 
     /// Runs one read; a failure is recorded as an issue of this probe and yields nil.

@@ -18,6 +18,8 @@ public struct ProbeEntry: Sendable, Codable, Hashable {
     /// Sources inside the probe that could not be read, with their status.
     public let issues: [SourceIssue]
     public let signals: [String: SignalValue]
+    /// Hashed values this probe offered to the stable identifiers.
+    public let identityComponents: [IdentityComponent]
 }
 
 /// Everything collected in one run. This is what a submission sends.
@@ -34,6 +36,8 @@ public struct SignalReport: Sendable, Codable, Hashable {
     public let budgetMs: Int
     public let elapsedMs: Double
     public let probes: [ProbeEntry]
+    /// hardwareId and instanceId, derived from the probes' identity components.
+    public let identity: HostIdentity
 
     /// Signals of every probe that produced any, by their dotted names.
     public var signals: [String: SignalValue] {

@@ -97,21 +97,23 @@ struct Scheduler: Sendable {
         do {
             try job.probe.collect(into: context)
             status = context.completedStatus
-            if status != .ok { detail = context.issues.first?.description }
+            detail = status == .ok ? (context.notes.isEmpty ? nil : context.notes.joined(separator: "; "))
+                                    : context.issues.first?.description
         } catch {
             status = error.status
             detail = error.detail
         }
         return ProbeEntry(id: job.probe.id, tier: job.tier, status: status,
                           durationMs: (monotonicMilliseconds() - startedAt).roundedToMicroseconds,
-                          detail: detail, issues: context.issues, signals: context.signals)
+                          detail: detail, issues: context.issues, signals: context.signals,
+                          identityComponents: context.components)
     }
 }
 
 extension ScheduledProbe {
     func entry(_ status: ProbeStatus, durationMs: Double, detail: String) -> ProbeEntry {
         ProbeEntry(id: probe.id, tier: tier, status: status, durationMs: durationMs.roundedToMicroseconds,
-                   detail: detail, issues: [], signals: [:])
+                   detail: detail, issues: [], signals: [:], identityComponents: [])
     }
 }
 

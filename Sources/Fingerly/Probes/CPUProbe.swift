@@ -15,6 +15,8 @@ struct CPUProbe: Probe {
         // x86 says "model name"; ppc64 "cpu"; arm64 has neither, only implementer/part codes.
         if let model = first["model name"] ?? first["cpu model"] ?? first["cpu"] {
             context.emit("cpu.model", model)
+            // The model only: core counts move with SMT settings and flags with kernel versions.
+            context.contribute(.hardware, "cpu-model", raw: model, worldReadable: true)
         }
         context.emit("cpu.logical_cores", processors.count)
 

@@ -28,6 +28,11 @@ struct DMIProbe: Probe {
                 context.recordMalformed(Self.directory + "chassis_type", "not an SMBIOS chassis number")
             }
         }
+        // Vendor and model strings are world-readable and shared by every unit of a model: one
+        // weak component, not an identifier on their own.
+        if !vendorTexts.isEmpty {
+            context.contribute(.hardware, "dmi-model", raw: vendorTexts.joined(separator: "|"), worldReadable: true)
+        }
         // The first table row that any vendor string matches wins, so the table's order ranks vendors.
         for row in context.tables.dmiVendors {
             if vendorTexts.contains(where: { $0.lowercased().contains(row.pattern.lowercased()) }) {

@@ -18,6 +18,7 @@ struct MachineIdentityProbe: Probe {
             if state == "valid" {
                 machineId = text
                 context.emitIdentifier("machine.machine_id", raw: text)
+                context.contribute(.instance, "machine-id", raw: text, worldReadable: true)
             }
         }
         if context.wants("machine.dbus_machine_id"),
@@ -32,12 +33,17 @@ struct MachineIdentityProbe: Probe {
            let uuid = context.attemptIfPresent({ () throws(HostReadError) in try host.readAttribute("/sys/class/dmi/id/product_uuid") }) {
             let state = Self.uuidState(uuid, placeholders: context.tables.placeholderUUIDs)
             context.emit("machine.dmi_product_uuid_state", state)
-            if state == "valid" { context.emitIdentifier("machine.dmi_product_uuid", raw: uuid) }
+            if state == "valid" {
+                context.emitIdentifier("machine.dmi_product_uuid", raw: uuid)
+                // The kernel serves product_uuid and the serials as 0400: root-only evidence.
+                context.contribute(.hardware, "dmi-uuid", raw: uuid, worldReadable: false)
+            }
         }
         for (file, signal) in Self.dmiIdentifiers where context.wants(signal) {
             guard let serial = context.attemptIfPresent({ () throws(HostReadError) in try host.readAttribute("/sys/class/dmi/id/" + file) }),
                   !Self.isPlaceholderSerial(serial, context.tables.placeholderSerials) else { continue }
             context.emitIdentifier(signal, raw: serial)
+            context.contribute(.hardware, "dmi-" + file.replacing("_", with: "-"), raw: serial, worldReadable: false)
         }
     }
 

@@ -1,0 +1,69 @@
+import CBlkid
+
+/// What libblkid reads from a device node or image file.
+struct BlkidProbeResult {
+    var values: [String: String] = [:]
+    var partitionUUIDs: [String] = []
+}
+
+/// Thin wrapper over libblkid's low-level probe. Each call opens, probes and frees its own
+/// handle, so nothing is shared between threads.
+enum Blkid {
+    /// Superblock values (UUID, TYPE, LABEL) of a filesystem.
+    static func superblock(at path: String) throws(HostReadError) -> BlkidProbeResult {
+        try probe(path) { probe in
+            blkid_probe_enable_superblocks(probe, 1)
+            blkid_probe_set_superblocks_flags(probe, Int32(BLKID_SUBLKS_UUID | BLKID_SUBLKS_TYPE))
+            blkid_probe_enable_partitions(probe, 0)
+        } collect: { probe, result in
+            result.values = lookup(probe, ["UUID", "TYPE"])
+        }
+    }
+
+    /// The partition table (PTUUID, PTTYPE) of a whole disk, and each partition's UUID.
+    static func partitionTable(at path: String) throws(HostReadError) -> BlkidProbeResult {
+        try probe(path) { probe in
+            blkid_probe_enable_superblocks(probe, 0)
+            blkid_probe_enable_partitions(probe, 1)
+            blkid_probe_set_partitions_flags(probe, Int32(BLKID_PARTS_ENTRY_DETAILS))
+        } collect: { probe, result in
+            result.values = lookup(probe, ["PTUUID", "PTTYPE"])
+            if let list = blkid_probe_get_partitions(probe) {
+                for index in 0..<max(0, blkid_partlist_numof_partitions(list)) {
+                    if let partition = blkid_partlist_get_partition(list, index), let uuid = blkid_partition_get_uuid(partition) {
+                        result.partitionUUIDs.append(String(cString: uuid))
+                    }
+                }
+            }
+        }
+    }
+
+    private static func probe(_ path: String, configure: (OpaquePointer) -> Void,
+                              collect: (OpaquePointer, inout BlkidProbeResult) -> Void) throws(HostReadError) -> BlkidProbeResult {
+        guard let probe = blkid_new_probe_from_filename(path) else {
+            // libblkid leaves errno from its open(2).
+            throw HostReadError(path: path, systemError: .current)
+        }
+        defer { blkid_free_probe(probe) }
+        configure(probe)
+        let status = blkid_do_safeprobe(probe)
+        guard status >= 0 else {
+            throw HostReadError(.malformed, path: path, detail: status == -2 ? "ambiguous: more than one signature" : "libblkid could not probe it")
+        }
+        var result = BlkidProbeResult()
+        if status == 0 { collect(probe, &result) }
+        return result
+    }
+
+    private static func lookup(_ probe: OpaquePointer, _ names: [String]) -> [String: String] {
+        var values: [String: String] = [:]
+        for name in names {
+            var data: UnsafePointer<CChar>?
+            var length = 0
+            if blkid_probe_lookup_value(probe, name, &data, &length) == 0, let data {
+                values[name] = String(cString: data)
+            }
+        }
+        return values
+    }
+}

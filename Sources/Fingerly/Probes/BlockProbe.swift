@@ -1,0 +1,61 @@
+/// Disks: model, size, rotational, removable, transport; serials and WWNs hashed. Fixed disks
+/// are identity components, removable and USB ones are not.
+struct BlockProbe: Probe {
+    let id = "block"
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let devices: [DeviceNode]
+        do {
+            devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "block", devtype: "disk",
+                attributes: ["size", "removable", "queue/rotational", "wwid", "serial", "device/wwid", "device/serial",
+                             "device/model", "device/vendor", "device/transport"]))
+        } catch { throw ProbeFailure(error) }
+
+        var descriptions: [String] = []
+        var serials: [String] = []
+        var wwns: [String] = []
+        var fixed = 0
+        for disk in devices where !disk.isVirtual {
+            let attributes = disk.attributes
+            let model = (attributes["device/model"] ?? disk.properties["ID_MODEL"] ?? "").trimmingWhitespace()
+            let vendor = (attributes["device/vendor"] ?? "").trimmingWhitespace()
+            let bytes = Int(attributes["size"] ?? "").map { $0 * 512 }
+            let removable = attributes["removable"] == "1" || disk.isBehindUSB
+            let transport = Self.transport(of: disk)
+            var line = "\(disk.sysname) transport=\(transport) removable=\(removable)"
+            if let rotational = attributes["queue/rotational"] { line += " rotational=\(rotational == "1")" }
+            if let bytes { line += " size=\(bytes)" }
+            if !vendor.isEmpty { line += " vendor='\(vendor)'" }
+            if !model.isEmpty { line += " model='\(model)'" }
+            descriptions.append(line)
+
+            // sysfs attributes first: they are the same with or without udev's database, so a
+            // container and its host agree. All of them are world-readable.
+            let serial = (attributes["serial"] ?? attributes["device/serial"]).flatMap { $0.isEmpty ? nil : $0 }
+                ?? disk.properties["ID_SERIAL_SHORT"]
+            let wwn = (attributes["wwid"] ?? attributes["device/wwid"]).flatMap { $0.isEmpty ? nil : $0 }
+                ?? disk.properties["ID_WWN"]
+            if let serial { serials.append(disk.sysname + " " + context.hash(serial)) }
+            if let wwn { wwns.append(disk.sysname + " " + context.hash(wwn)) }
+            if !removable, let stable = wwn.map({ "wwn:" + $0 }) ?? serial.map({ "serial:" + $0 }) {
+                fixed += 1
+                context.contribute(.hardware, "disk", raw: stable, worldReadable: true)
+            }
+        }
+        context.emit("block.disks", descriptions)
+        context.emit("block.fixed_disks", fixed)
+        if context.wants("block.serials") { context.emit("block.serials", serials) }
+        if context.wants("block.wwns") { context.emit("block.wwns", wwns) }
+    }
+
+    static func transport(of disk: DeviceNode) -> String {
+        if let bus = disk.properties["ID_BUS"], !bus.isEmpty, bus != "scsi" { return bus }
+        if disk.ancestor("nvme") != nil || disk.sysname.hasPrefix("nvme") { return "nvme" }
+        if disk.isBehindUSB { return "usb" }
+        if disk.ancestors.contains(where: { $0.subsystem == "ata_port" || $0.sysname.hasPrefix("ata") }) { return "ata" }
+        if disk.ancestor("virtio") != nil { return "virtio" }
+        if disk.ancestor("mmc") != nil { return "mmc" }
+        if disk.ancestor("scsi") != nil { return "scsi" }
+        return disk.bus ?? "unknown"
+    }
+}

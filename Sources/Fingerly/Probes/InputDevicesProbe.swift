@@ -1,0 +1,31 @@
+/// Input devices: name, bus, ids, and whether a physical device stands behind them. A device
+/// with no physical parent (uinput) is how automation tools type and click.
+struct InputDevicesProbe: Probe {
+    let id = "input"
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let devices: [DeviceNode]
+        do {
+            devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "input", attributes: ["name", "id/bustype", "id/vendor", "id/product"]))
+        } catch { throw ProbeFailure(error) }
+
+        var descriptions: [String] = []
+        var virtual: [String] = []
+        // inputN are the devices; eventN/mouseN/jsN are their nodes.
+        for device in devices where device.sysname.hasPrefix("input") {
+            let name = device.attributes["name"] ?? device.properties["NAME"]?.trimmingCharacters(in: "\"") ?? "?"
+            let ids = "\(hexId(device.attributes["id/vendor"])):\(hexId(device.attributes["id/product"]))"
+            let physical = !device.isVirtual
+            descriptions.append("\(device.sysname) '\(name)' bus=\(device.bus ?? "none") \(ids) physical=\(physical)")
+            if !physical { virtual.append(name) }
+        }
+        context.emit("input.devices", descriptions)
+        context.emit("input.virtual_devices", virtual)
+    }
+}
+
+extension String {
+    func trimmingCharacters(in set: String) -> String {
+        String(drop { set.contains($0) }.reversed().drop { set.contains($0) }.reversed())
+    }
+}

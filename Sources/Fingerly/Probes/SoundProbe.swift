@@ -1,0 +1,16 @@
+/// Sound cards, by their ALSA id.
+struct SoundProbe: Probe {
+    let id = "sound"
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let devices: [DeviceNode]
+        do {
+            devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "sound", attributes: ["id", "number"]))
+        } catch where error.failure == .absent {
+            context.emit("sound.cards", [String]())
+            return
+        } catch { throw ProbeFailure(error) }
+        let cards = devices.filter { $0.sysname.hasPrefix("card") && $0.attributes["id"] != nil }
+        context.emit("sound.cards", cards.map { "\($0.sysname) \($0.attributes["id"]!) bus=\($0.bus ?? "none")" })
+    }
+}
