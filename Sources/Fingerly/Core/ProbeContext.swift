@@ -44,8 +44,10 @@ final class ProbeContext {
 
     /// Offers a value to the stable identifiers. It is hashed here; `world-readable` says
     /// whether an unprivileged user can read it too, because only such values may shape an
-    /// identifier (root-only values are kept as extra evidence).
-    func contribute(_ scope: IdentityComponent.Scope, _ name: String, raw: String, worldReadable: Bool) {
+    /// identifier (root-only values are kept as extra evidence). A component follows the signal
+    /// that reports the same value: ignoring the signal leaves the component out too.
+    func contribute(_ scope: IdentityComponent.Scope, _ name: String, raw: String, worldReadable: Bool, signal: String) {
+        guard wants(signal) else { return }
         components.append(IdentityComponent(scope: scope, name: name, hash: hasher.hash(raw), worldReadable: worldReadable))
     }
 

@@ -6,9 +6,10 @@ struct BlockProbe: Probe {
     func collect(into context: ProbeContext) throws(ProbeFailure) {
         let devices: [DeviceNode]
         do {
+            let identifiers = context.wants("block.serials") || context.wants("block.wwns")
+                ? ["wwid", "serial", "device/wwid", "device/serial"] : []
             devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "block", devtype: "disk",
-                attributes: ["size", "removable", "queue/rotational", "wwid", "serial", "device/wwid", "device/serial",
-                             "device/model", "device/vendor", "device/transport"]))
+                attributes: ["size", "removable", "queue/rotational", "device/model", "device/vendor", "device/transport"] + identifiers))
         } catch { throw ProbeFailure(error) }
 
         var descriptions: [String] = []
@@ -31,15 +32,15 @@ struct BlockProbe: Probe {
 
             // sysfs attributes first: they are the same with or without udev's database, so a
             // container and its host agree. All of them are world-readable.
-            let serial = (attributes["serial"] ?? attributes["device/serial"]).flatMap { $0.isEmpty ? nil : $0 }
-                ?? disk.properties["ID_SERIAL_SHORT"]
-            let wwn = (attributes["wwid"] ?? attributes["device/wwid"]).flatMap { $0.isEmpty ? nil : $0 }
-                ?? disk.properties["ID_WWN"]
+            let serial = context.wants("block.serials") ? (attributes["serial"] ?? attributes["device/serial"]).flatMap { $0.isEmpty ? nil : $0 }
+                ?? disk.properties["ID_SERIAL_SHORT"] : nil
+            let wwn = context.wants("block.wwns") ? (attributes["wwid"] ?? attributes["device/wwid"]).flatMap { $0.isEmpty ? nil : $0 }
+                ?? disk.properties["ID_WWN"] : nil
             if let serial { serials.append(disk.sysname + " " + context.hash(serial)) }
             if let wwn { wwns.append(disk.sysname + " " + context.hash(wwn)) }
             if !removable, let stable = wwn.map({ "wwn:" + $0 }) ?? serial.map({ "serial:" + $0 }) {
                 fixed += 1
-                context.contribute(.hardware, "disk", raw: stable, worldReadable: true)
+                context.contribute(.hardware, "disk", raw: stable, worldReadable: true, signal: wwn == nil ? "block.serials" : "block.wwns")
             }
         }
         context.emit("block.disks", descriptions)

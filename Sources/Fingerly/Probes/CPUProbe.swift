@@ -16,7 +16,7 @@ struct CPUProbe: Probe {
         if let model = first["model name"] ?? first["cpu model"] ?? first["cpu"] {
             context.emit("cpu.model", model)
             // The model only: core counts move with SMT settings and flags with kernel versions.
-            context.contribute(.hardware, "cpu-model", raw: model, worldReadable: true)
+            context.contribute(.hardware, "cpu-model", raw: model, worldReadable: true, signal: "cpu.model")
         }
         context.emit("cpu.logical_cores", processors.count)
 

@@ -31,7 +31,7 @@ struct DMIProbe: Probe {
         // Vendor and model strings are world-readable and shared by every unit of a model: one
         // weak component, not an identifier on their own.
         if !vendorTexts.isEmpty {
-            context.contribute(.hardware, "dmi-model", raw: vendorTexts.joined(separator: "|"), worldReadable: true)
+            context.contribute(.hardware, "dmi-model", raw: vendorTexts.joined(separator: "|"), worldReadable: true, signal: "dmi.product_name")
         }
         // The first table row that any vendor string matches wins, so the table's order ranks vendors.
         for row in context.tables.dmiVendors {

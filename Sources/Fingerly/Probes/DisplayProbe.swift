@@ -22,7 +22,7 @@ struct DisplayProbe: Probe {
                 gpus.append("\(device.sysname) \(vendor):\(product) driver=\(pci.driver ?? "-")")
                 continue
             }
-            guard device.attributes["status"] == "connected",
+            guard device.attributes["status"] == "connected", context.wants("drm.monitors") || context.wants("drm.monitor_serials"),
                   let bytes = context.attemptIfPresent({ () throws(HostReadError) in try context.host.read(device.path + "/edid", limit: 32 * 1024) }),
                   !bytes.isEmpty else { continue }
             let connector = String(device.sysname.drop { $0 != "-" }.dropFirst())
@@ -36,7 +36,7 @@ struct DisplayProbe: Probe {
             if let serial = edid.serial {
                 serials.append(connector + " " + context.hash(serial))
                 if Self.builtInConnectors.contains(where: connector.hasPrefix) {
-                    context.contribute(.hardware, "built-in-panel", raw: "\(edid.manufacturer):\(edid.productCode):\(serial)", worldReadable: true)
+                    context.contribute(.hardware, "built-in-panel", raw: "\(edid.manufacturer):\(edid.productCode):\(serial)", worldReadable: true, signal: "drm.monitor_serials")
                 }
             }
         }

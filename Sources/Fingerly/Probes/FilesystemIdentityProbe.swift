@@ -46,7 +46,7 @@ struct FilesystemIdentityProbe: Probe {
             if let (value, source, worldReadable) = uuid {
                 context.emitIdentifier("fs.root_uuid", raw: value)
                 context.emit("fs.root_uuid_source", source)
-                context.contribute(.instance, "root-filesystem", raw: value, worldReadable: worldReadable)
+                context.contribute(.instance, "root-filesystem", raw: value, worldReadable: worldReadable, signal: "fs.root_uuid")
             }
         }
 
@@ -65,7 +65,7 @@ struct FilesystemIdentityProbe: Probe {
             if let type = table.type { context.emit("fs.boot_disk_pttype", type) }
             if let ptuuid = table.ptuuid {
                 context.emitIdentifier("fs.boot_disk_ptuuid", raw: ptuuid)
-                context.contribute(.instance, "partition-table", raw: ptuuid, worldReadable: table.worldReadable)
+                context.contribute(.instance, "partition-table", raw: ptuuid, worldReadable: table.worldReadable, signal: "fs.boot_disk_ptuuid")
             }
             if context.wants("fs.boot_disk_partition_uuids") {
                 context.emit("fs.boot_disk_partition_uuids", table.partitions.map { context.hash($0) }.sorted())

@@ -14,7 +14,11 @@ struct InputDevicesProbe: Probe {
         // inputN are the devices; eventN/mouseN/jsN are their nodes.
         for device in devices where device.sysname.hasPrefix("input") {
             let name = device.attributes["name"] ?? device.properties["NAME"]?.trimmingCharacters(in: "\"") ?? "?"
-            let ids = "\(hexId(device.attributes["id/vendor"])):\(hexId(device.attributes["id/product"]))"
+            // PRODUCT=bustype/vendor/product/version, for when the id/ attributes are not there.
+            let product = device.properties["PRODUCT"]?.split(separator: "/").map { String(repeating: "0", count: max(0, 4 - $0.count)) + $0 }
+            let vendor = device.attributes["id/vendor"] ?? product.flatMap { $0.count == 4 ? $0[1] : nil }
+            let model = device.attributes["id/product"] ?? product.flatMap { $0.count == 4 ? $0[2] : nil }
+            let ids = "\(hexId(vendor)):\(hexId(model))"
             let physical = !device.isVirtual
             descriptions.append("\(device.sysname) '\(name)' bus=\(device.bus ?? "none") \(ids) physical=\(physical)")
             if !physical { virtual.append(name) }

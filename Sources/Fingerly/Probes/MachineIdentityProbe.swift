@@ -18,7 +18,7 @@ struct MachineIdentityProbe: Probe {
             if state == "valid" {
                 machineId = text
                 context.emitIdentifier("machine.machine_id", raw: text)
-                context.contribute(.instance, "machine-id", raw: text, worldReadable: true)
+                context.contribute(.instance, "machine-id", raw: text, worldReadable: true, signal: "machine.machine_id")
             }
         }
         if context.wants("machine.dbus_machine_id"),
@@ -36,14 +36,14 @@ struct MachineIdentityProbe: Probe {
             if state == "valid" {
                 context.emitIdentifier("machine.dmi_product_uuid", raw: uuid)
                 // The kernel serves product_uuid and the serials as 0400: root-only evidence.
-                context.contribute(.hardware, "dmi-uuid", raw: uuid, worldReadable: false)
+                context.contribute(.hardware, "dmi-uuid", raw: uuid, worldReadable: false, signal: "machine.dmi_product_uuid")
             }
         }
         for (file, signal) in Self.dmiIdentifiers where context.wants(signal) {
             guard let serial = context.attemptIfPresent({ () throws(HostReadError) in try host.readAttribute("/sys/class/dmi/id/" + file) }),
                   !Self.isPlaceholderSerial(serial, context.tables.placeholderSerials) else { continue }
             context.emitIdentifier(signal, raw: serial)
-            context.contribute(.hardware, "dmi-" + file.replacing("_", with: "-"), raw: serial, worldReadable: false)
+            context.contribute(.hardware, "dmi-" + file.replacing("_", with: "-"), raw: serial, worldReadable: false, signal: signal)
         }
     }
 

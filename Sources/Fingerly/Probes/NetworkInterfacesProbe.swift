@@ -6,7 +6,10 @@ struct NetworkInterfacesProbe: Probe {
     func collect(into context: ProbeContext) throws(ProbeFailure) {
         let devices: [DeviceNode]
         do {
-            devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "net", attributes: ["address", "addr_assign_type", "type"]))
+            // The address is only read when a signal that needs it is wanted.
+            let wantsAddress = context.wants("net.permanent_macs") || context.wants("net.ouis")
+            devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "net",
+                attributes: wantsAddress ? ["address", "addr_assign_type", "type"] : ["type"]))
         } catch { throw ProbeFailure(error) }
 
         var descriptions: [String] = []
@@ -27,7 +30,7 @@ struct NetworkInterfacesProbe: Probe {
             if !ouis.contains(oui) { ouis.append(oui) }
             // A USB adapter comes and goes; only NICs on the machine's own buses identify it.
             if !interface.isBehindUSB {
-                context.contribute(.hardware, "nic", raw: mac, worldReadable: true)
+                context.contribute(.hardware, "nic", raw: mac, worldReadable: true, signal: "net.permanent_macs")
             }
         }
         context.emit("net.interfaces", descriptions)

@@ -25,7 +25,7 @@ struct PCIProbe: Probe {
         context.emit("pci.count", devices.count)
         context.emit("pci.vendor_ids", vendors.sorted())
         if !inventoryLines.isEmpty {
-            context.contribute(.hardware, "pci-inventory", raw: inventoryLines.sorted().joined(separator: "\n"), worldReadable: true)
+            context.contribute(.hardware, "pci-inventory", raw: inventoryLines.sorted().joined(separator: "\n"), worldReadable: true, signal: "pci.devices")
         }
     }
 }

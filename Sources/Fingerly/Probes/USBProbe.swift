@@ -7,7 +7,8 @@ struct USBProbe: Probe {
         let devices: [DeviceNode]
         do {
             devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "usb", devtype: "usb_device",
-                attributes: ["idVendor", "idProduct", "serial", "removable", "devpath", "busnum", "product"]))
+                attributes: ["idVendor", "idProduct", "removable", "devpath", "busnum", "product"]
+                    + (context.wants("usb.serials") ? ["serial"] : [])))
         } catch { throw ProbeFailure(error) }
 
         var descriptions: [String] = []
@@ -18,7 +19,7 @@ struct USBProbe: Probe {
             var line = "\(device.sysname) \(ids) \(position) removable=\(device.attributes["removable"] ?? "unknown")"
             if let product = device.attributes["product"], !product.isEmpty { line += " '\(product)'" }
             descriptions.append(line)
-            if let serial = device.attributes["serial"], !serial.isEmpty, context.wants("usb.serials") {
+            if let serial = device.attributes["serial"], !serial.isEmpty {
                 serials.append(ids + " " + context.hash(serial))
             }
         }
