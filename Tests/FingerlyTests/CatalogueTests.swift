@@ -33,9 +33,16 @@ import Testing
 
     /// Runs every probe over every fixture and the live host, and checks that each signal it
     /// emitted is declared with its type, and that each path it touched is one the catalogue lists.
-    @Test(arguments: TestPaths.hostFixtures + ["/"])
+    @Test(arguments: TestPaths.hostFixtures + ["/", "umockdev:laptop", "umockdev:server", "blkid"])
     func probesEmitOnlyDeclaredSignalsAndReadOnlyDeclaredPaths(_ fixture: String) throws {
-        let root = fixture == "/" ? "/" : TestPaths.fixture(fixture)
+        let root: String
+        switch fixture {
+        case "/": root = "/"
+        case "umockdev:laptop": root = try DeviceFixtures.hostRoot(recordings: [DeviceFixtures.laptop, DeviceFixtures.peripherals], label: "catalogue")
+        case "umockdev:server": root = try DeviceFixtures.hostRoot(fixture: "kvm-qemu", recordings: [DeviceFixtures.server], label: "catalogue")
+        case "blkid": root = try DeviceFixtures.filesystemRoot(.images(worldReadable: true), label: "catalogue")
+        default: root = TestPaths.fixture(fixture)
+        }
         for probe in ProbeRegistry.builtIn {
             let entry = try #require(catalogue.entry(probe.id))
             let log = HostAccessLog()

@@ -18,7 +18,7 @@ public struct IdentifyResult: Sendable, Codable {
     public let visitorId: String?
     public let visitorIsNew: Bool?
     public let visitorConfidence: Double?
-    /// Whether the report holds a stable identifier (machine-id or firmware UUID).
+    /// Whether the report holds a stable identifier: hardwareId or instanceId.
     public let identifiable: Bool
     public let duplicate: Bool?
     public let state: State
@@ -45,10 +45,9 @@ public struct IdentifyResult: Sendable, Codable {
         case 30..<60: .medium
         default: .high
         }
-        let signals = report.signals
         return IdentifyResult(
             requestId: UUID().uuidString.lowercased(), visitorId: nil, visitorIsNew: nil, visitorConfidence: nil,
-            identifiable: signals["machine.machine_id"] != nil || signals["machine.dmi_product_uuid"] != nil,
+            identifiable: report.identity.hardwareId != nil || report.identity.instanceId != nil,
             duplicate: nil, state: .collected, suspectScore: suspectScore, suspectLevel: level,
             triggers: triggers, verdicts: verdicts, policy: policy.name, report: report)
     }
