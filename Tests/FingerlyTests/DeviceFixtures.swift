@@ -9,6 +9,7 @@ enum DeviceFixtures {
     static let server = recordings + "server-sata.umockdev"
     static let peripherals = recordings + "usb-peripherals.umockdev"
 
+    static var sharedAvailable: Bool { FileManager.default.fileExists(atPath: sharedRecordings + "usbkbd.umockdev") }
     static var umockdevAvailable: Bool { FileManager.default.isExecutableFile(atPath: "/usr/bin/umockdev-run") }
 
     /// Runs the built CLI with libudev seeing the given recordings (umockdev-run preloads its
