@@ -10,13 +10,17 @@ public struct ScheduleOptions: Sendable, Hashable {
     /// Probes running at once.
     public var concurrency: Int
     public var tiers: Set<Tier>
+    /// When set, every probe gets this timeout instead of its catalogue entry's: for slow or
+    /// instrumented hosts (valgrind, emulation) where the catalogue's figures are too tight.
+    public var sourceTimeoutOverrideMs: Int?
 
     public init(budgetMs: Int = 1200, defaultSourceTimeoutMs: Int = 250, concurrency: Int = 4,
-                tiers: Set<Tier> = Set(Tier.allCases)) {
+                tiers: Set<Tier> = Set(Tier.allCases), sourceTimeoutOverrideMs: Int? = nil) {
         self.budgetMs = budgetMs
         self.defaultSourceTimeoutMs = defaultSourceTimeoutMs
         self.concurrency = concurrency
         self.tiers = tiers
+        self.sourceTimeoutOverrideMs = sourceTimeoutOverrideMs
     }
 }
 
@@ -169,6 +173,7 @@ public final class Fingerly: Sendable {
 
     func collectBlocking(tag: String?, tiers: Set<Tier>, startedAt started: Double = monotonicMilliseconds(),
                          log: HostAccessLog? = nil) -> SignalReport {
+        fingerlyCollectEntry()
         let environment = ProbeEnvironment(host: HostFileSystem(root: options.root, log: log), tables: .embedded,
                                            filter: filter, hasher: hasher)
         var jobs: [ScheduledProbe] = []
@@ -176,7 +181,7 @@ public final class Fingerly: Sendable {
         for probe in probes {
             guard let entry = catalogue.entry(probe.id), tiers.contains(entry.tier) else { continue }
             let job = ScheduledProbe(probe: probe, tier: entry.tier,
-                                     timeoutMs: entry.timeoutMs ?? schedule.defaultSourceTimeoutMs)
+                                     timeoutMs: schedule.sourceTimeoutOverrideMs ?? entry.timeoutMs ?? schedule.defaultSourceTimeoutMs)
             if filter.ignores(probe: entry) {
                 ignored.append(job.entry(.skipped, durationMs: 0, detail: "ignored by request (attributesToIgnore)"))
             } else {

@@ -20,6 +20,8 @@ public enum FingerlyIdentify {
           --budget-ms N            Hard wall-clock budget for collection (default: 1200).
           --concurrency N          Probes running at once (default: 4).
           --timeout-ms N           Timeout for probes the catalogue gives none (default: 250).
+          --probe-timeout-ms N     Timeout for every probe, overriding the catalogue (slow or
+                                   instrumented hosts, e.g. under valgrind).
           --tag TEXT               A label carried in the report.
           --root DIR               Read the host through DIR (a fixture, container root or image).
           --policy FILE            Use this verdict policy instead of the embedded default.

@@ -44,7 +44,7 @@ struct HumanReport {
         lines.append(paint("Probes", "1"))
         for probe in report.probes {
             let status = probe.status == .ok ? probe.status.rawValue : paint(probe.status.rawValue, "33")
-            var line = "  " + padded(probe.id, 20) + padded(probe.tier.rawValue, 10) + padded(status, 10)
+            var line = "  " + padded(probe.id, 24) + padded(probe.tier.rawValue, 10) + padded(status, 10)
                 + padded(format(probe.durationMs), 10) + "\(probe.signals.count) signal\(probe.signals.count == 1 ? "" : "s")"
             if let detail = probe.detail, probe.status != .ok { line += " — \(detail)" }
             lines.append(line)

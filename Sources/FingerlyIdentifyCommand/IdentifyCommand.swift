@@ -8,7 +8,7 @@ import FoundationEssentials
 struct IdentifyCommand {
     static let flags: Set<String> = ["no-submit", "json", "help", "version"]
     static let options: Set<String> = ["tiers", "budget-ms", "concurrency", "tag", "root", "policy", "ignore",
-                                       "fail-on", "api-key", "timeout-ms"]
+                                       "fail-on", "api-key", "timeout-ms", "probe-timeout-ms"]
 
     struct FailOn: Equatable {
         let verdict: VerdictName
@@ -42,6 +42,7 @@ struct IdentifyCommand {
         if let budget = try arguments.integer("budget-ms", in: 1...600_000) { schedule.budgetMs = budget }
         if let concurrency = try arguments.integer("concurrency", in: 1...64) { schedule.concurrency = concurrency }
         if let timeout = try arguments.integer("timeout-ms", in: 1...600_000) { schedule.defaultSourceTimeoutMs = timeout }
+        schedule.sourceTimeoutOverrideMs = try arguments.integer("probe-timeout-ms", in: 1...600_000)
         tag = arguments["tag"]
         if let root = arguments["root"] {
             guard !root.isEmpty else { throw UsageError("--root needs a directory") }

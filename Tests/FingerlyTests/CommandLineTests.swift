@@ -182,7 +182,7 @@ import Testing
         #expect(verdictsAt.lowerBound < probesAt.lowerBound)
         #expect(plain.contains("debugger        TRUE"))
         #expect(plain.contains("[tracer_pid, high]"))
-        #expect(plain.contains("dmi                 fast      ok"))
+        #expect(plain.contains("dmi                     fast      ok"))
     }
 
     @Test func unreadableFilesAreRecordedAsDeniedForAnUnprivilegedUser() throws {

@@ -24,6 +24,33 @@ import Testing
         "node_tls_verification_disabled": (.mitm, ["tls.env_verification_disabled": .bool(true)], nil),
         "trust_store_override": (.mitm, ["tls.env_trust_overrides": .strings(["SSL_CERT_FILE"])], nil),
         "proxy_environment": (.proxy, ["proxy.env_variables": .strings(["https_proxy"]), "proxy.env.https_proxy": .string("http://127.0.0.1:8080")], nil),
+        "traceme_blocked": (.debugger, ["debug.traceme": .string("blocked"), "process.seccomp_mode": .int(0)], nil),
+        "traceme_blocked_under_seccomp": (.debugger, ["debug.traceme": .string("blocked"), "process.seccomp_mode": .int(2), "debug.aslr_disabled": .bool(true)], nil),
+        "aslr_disabled": (.debugger, ["debug.aslr_disabled": .bool(true)], nil),
+        "software_breakpoint": (.debugger, ["debug.breakpoints": .strings(["fingerly_collect_entry"])], nil),
+        "code_breakpoint": (.debugger, ["integrity.code_breakpoints": .strings(["open in /lib/libc.so.6"]), "process.tracer_pid": .int(9)], nil),
+        "rr_recording": (.debugger, ["process.mapped_tool_markers": .strings(["rr: /usr/lib/rr/librrpreload.so"])], "rr"),
+        "valgrind_mapped": (.instrumentation, ["process.mapped_tool_markers": .strings(["valgrind: /usr/libexec/valgrind/vgpreload_core-amd64-linux.so"])], "valgrind"),
+        "frida_mapped": (.instrumentation, ["process.mapped_tool_markers": .strings(["frida: /tmp/frida-agent-64.so"])], "frida"),
+        "dynamorio_mapped": (.instrumentation, ["process.mapped_tool_markers": .strings(["dynamorio: /opt/dr/lib64/release/libdynamorio.so"])], "dynamorio"),
+        "pin_mapped": (.instrumentation, ["process.mapped_tool_markers": .strings(["intel-pin: /opt/pin/intel64/bin/pinbin"])], "intel-pin"),
+        "sanitizer_mapped": (.instrumentation, ["process.mapped_tool_markers": .strings(["asan: /usr/lib/x86_64-linux-gnu/libasan.so.8"])], "sanitizer"),
+        "frida_threads": (.instrumentation, ["process.thread_names": .strings(["gum-js-loop", "main"])], "frida"),
+        "glib_threads": (.instrumentation, ["process.thread_names": .strings(["pool-frida", "gmain", "gdbus"])], "frida"),
+        "executable_memfd": (.instrumentation, ["process.executable_memfd_mappings": .strings(["/memfd:jit (deleted)"])], nil),
+        "instrumentation_port": (.instrumentation, ["net.instrumentation_listeners": .strings(["27042 (frida-server)"])], nil),
+        "uprobe_patched_text": (.instrumentation, ["integrity.code_breakpoints": .strings(["read in /lib/libc.so.6"]), "process.tracer_pid": .int(0)], nil),
+        "interposed_symbol": (.tampering, ["loader.interposed_symbols": .strings(["open -> /tmp/libhook.so"])], nil),
+        "inline_hook": (.tampering, ["integrity.inline_hooks": .strings(["open in /lib/libc.so.6: jmp rel32 trampoline"])], nil),
+        "libc_view_mismatch": (.tampering, ["integrity.view_mismatches": .strings(["/proc/self/maps hides /tmp/libhook.so"])], nil),
+        "unexplained_object": (.tampering, ["loader.unexplained_objects": .strings(["/tmp/libhook.so"])], nil),
+        "ci_environment": (.automation, ["automation.ci_markers": .strings(["GITHUB_ACTIONS (GitHub Actions)"])], "ci"),
+        "xvfb_run": (.automation, ["automation.xvfb_run": .bool(true), "automation.display": .string(":99")], "virtual-display"),
+        "virtual_display_process": (.automation, ["automation.virtual_display_processes": .strings(["Xvfb (pid 12)"])], "virtual-display"),
+        "virtual_input_device": (.automation, ["input.virtual_devices": .strings(["py-evdev-uinput"])], "virtual-input"),
+        "uinput_holder": (.automation, ["automation.uinput_holders": .strings(["ydotoold (pid 7)"])], "virtual-input"),
+        "input_injector": (.automation, ["automation.input_injector_processes": .strings(["xdotool (pid 8)"])], "virtual-input"),
+        "no_session": (.automation, ["process.stdin_tty": .bool(false), "automation.login_session": .bool(false), "automation.xvfb_run": .bool(true)], "virtual-display"),
         "machine_id_not_initialised": (.farm, ["machine.machine_id_state": .string("uninitialized")], nil),
         "machine_id_malformed": (.farm, ["machine.machine_id_state": .string("malformed")], nil),
         "dmi_uuid_placeholder": (.farm, ["machine.dmi_product_uuid_state": .string("placeholder")], nil),
@@ -51,7 +78,13 @@ import Testing
         #expect(verdict.reasons.allSatisfy { !$0.message.contains("{") }, "unfilled placeholder")
         // Evidence for one verdict fires no other, except that an instrumentation runtime
         // injected with LD_PRELOAD is a preload too.
-        let expectedAlso: Set<VerdictName> = id == "instrumentation_preload" ? [.tampering] : []
+        let expectedAlso: Set<VerdictName> = switch id {
+        case "instrumentation_preload": [.tampering]
+        // int3 in memory with no tracer is both a breakpoint and a uprobe's mark.
+        case "uprobe_patched_text": [.debugger]
+        case "code_breakpoint": []
+        default: []
+        }
         for (other, otherVerdict) in verdicts where other != verdictName {
             if expectedAlso.contains(other) {
                 #expect(otherVerdict.value, "\(id) should also fire \(other)")

@@ -82,6 +82,20 @@ private func evaluate(_ policy: Policy, _ signals: [String: SignalValue], status
         #expect(evaluate(corroborating, both)[.debugger]?.reasons.map(\.code) == ["a", "b"])
     }
 
+    @Test func corroboratingRulesNeedAStrongerRuleAndDoNotCount() throws {
+        let policy = try policy(#""automation": {"corroborate": true, "rules": ["#
+            + #"{"id": "weak", "when": {"signal": "os.id", "present": true}, "confidence": "low", "reason": "w"},"#
+            + #"{"id": "strong", "when": {"signal": "process.uid", "equals": 0}, "confidence": "medium", "reason": "s"},"#
+            + #"{"id": "hint", "when": {"signal": "process.stdin_tty", "equals": false}, "confidence": "low", "corroboratesOnly": true, "reason": "h"}]}"#)
+        let alone = evaluate(policy, ["process.stdin_tty": .bool(false)])[.automation]
+        #expect(alone?.value == false)
+        let besideLow = evaluate(policy, ["process.stdin_tty": .bool(false), "os.id": .string("x")])[.automation]
+        #expect(besideLow?.reasons.map(\.code) == ["weak"] && besideLow?.confidence == .low)
+        let besideMedium = evaluate(policy, ["process.stdin_tty": .bool(false), "process.uid": .int(0)])[.automation]
+        #expect(besideMedium?.reasons.map(\.code) == ["strong", "hint"])
+        #expect(besideMedium?.confidence == .medium, "a corroborating hint does not raise confidence")
+    }
+
     @Test func kindComesFromTheStrongestRuleThenPolicyOrder() throws {
         let policy = try policy(#""virtualization": {"rules": ["#
             + #"{"id": "weak", "when": {"signal": "dmi.virtualization_kind", "present": true}, "confidence": "medium", "kindFrom": "dmi.virtualization_kind", "reason": "x"},"#

@@ -38,30 +38,85 @@ struct ProcessOutput {
     }
 }
 
-/// Runs a real process; both pipes are drained before waiting so a chatty child never blocks.
+/// Runs a real process and returns once it exits, or kills it after `timeout` seconds.
+///
+/// posix_spawn with an empty signal mask and default dispositions: the test runner's threads
+/// block signals, and a debugger that inherits a blocked SIGCHLD waits for its inferior forever.
+/// Both pipes are drained on threads of their own before waiting, so a chatty child never blocks.
 func runProcess(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-                removing: [String] = []) throws -> ProcessOutput {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
+                removing: [String] = [], timeout: Double = 300) throws -> ProcessOutput {
     var env = environment ?? ProcessInfo.processInfo.environment
     for name in removing { env[name] = nil }
-    process.environment = env
-    let out = Pipe(), err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = FileHandle.nullDevice
+    var outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0]
+    guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else { throw POSIXError(.EMFILE) }
+
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+    posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+    for fd in outPipe + errPipe { posix_spawn_file_actions_addclose(&actions, fd) }
+
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var emptyMask = sigset_t(), allSignals = sigset_t()
+    sigemptyset(&emptyMask)
+    sigfillset(&allSignals)
+    posix_spawnattr_setsigmask(&attributes, &emptyMask)
+    posix_spawnattr_setsigdefault(&attributes, &allSignals)
+    // Its own process group, so a timeout can kill the tool and everything it started.
+    posix_spawnattr_setpgroup(&attributes, 0)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
+
+    let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+    let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { (argv + envp).forEach { free($0) } }
+    var pid: pid_t = 0
     let started = Date()
-    try process.run()
-    let errorData = Locked(Data())
-    let drainError = Thread { errorData.set(err.fileHandleForReading.readDataToEndOfFile()) }
-    drainError.start()
-    let outData = out.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    while !errorData.isSet { usleep(1000) }
-    return ProcessOutput(status: process.terminationStatus,
-                         standardOutput: String(decoding: outData, as: UTF8.self),
-                         standardError: String(decoding: errorData.value, as: UTF8.self),
+    let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
+    close(outPipe[1])
+    close(errPipe[1])
+    guard spawned == 0 else {
+        close(outPipe[0]); close(errPipe[0])
+        throw POSIXError(POSIXErrorCode(rawValue: spawned) ?? .ENOENT)
+    }
+
+    func drain(_ fd: Int32) -> Locked<Data> {
+        let box = Locked(Data())
+        Thread {
+            var data = Data()
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let count = read(fd, &buffer, buffer.count)
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { break }
+                data.append(contentsOf: buffer[0..<count])
+            }
+            close(fd)
+            box.set(data)
+        }.start()
+        return box
+    }
+    let out = drain(outPipe[0]), err = drain(errPipe[0])
+
+    var status: Int32 = 0
+    while true {
+        let result = waitpid(pid, &status, WNOHANG)
+        if result == pid { break }
+        if result < 0 && errno != EINTR { break }
+        if Date().timeIntervalSince(started) > timeout {
+            kill(-pid, SIGKILL)
+            kill(pid, SIGKILL)
+        }
+        usleep(2000)
+    }
+    while !out.isSet || !err.isSet { usleep(1000) }
+    let exitStatus: Int32 = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+    return ProcessOutput(status: exitStatus,
+                         standardOutput: String(decoding: out.value, as: UTF8.self),
+                         standardError: String(decoding: err.value, as: UTF8.self),
                          wallMs: Date().timeIntervalSince(started) * 1000)
 }
 

@@ -13,3 +13,39 @@ typedef struct {
 bool fingerly_cpuid(uint32_t leaf, uint32_t subleaf, fingerly_cpuid_registers *out);
 
 #endif
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/// Forks a child that calls PTRACE_TRACEME and exits at once, so this process is never left
+/// traced. Returns 0 when the child could become traced, the child's errno when it could not
+/// (EPERM: something already traces it, e.g. `strace -f`), or -1 with errno when fork failed.
+int fingerly_traceme_selftest(void);
+
+/// Reads up to `capacity` bytes of a file with raw system calls (inline `syscall`, no libc
+/// wrapper), so an LD_PRELOAD hook on open/read/fopen cannot filter what comes back.
+/// Returns the byte count, or -errno.
+ssize_t fingerly_raw_read_file(const char *path, char *buffer, size_t capacity);
+
+/// The address of the dynamic loader's debugger hook (`_r_debug.r_brk`), where gdb plants a breakpoint.
+const void *fingerly_loader_breakpoint_address(void);
+
+/// The entry of a C function of this library, to check for planted breakpoints.
+const void *fingerly_shim_entry(void);
+
+/// Describes every loaded object as lines "O\t<path>\t<soname>" followed by its "N\t<needed>"
+/// lines (DT_NEEDED), from dl_iterate_phdr. Returns the length written (truncated to capacity).
+size_t fingerly_loaded_objects(char *buffer, size_t capacity);
+
+/// Resolves `symbol` twice: through the global scope (RTLD_DEFAULT, what calls really reach)
+/// and inside `library` (dlopen with RTLD_NOLOAD). Writes the objects defining each into the
+/// path buffers. Returns 1 when both are the same address, 0 when they differ, -1 when the
+/// library is not loaded or does not define the symbol.
+int fingerly_symbol_origin(const char *symbol, const char *library, const void **global_address,
+                           char *global_path, size_t global_capacity, char *library_path, size_t library_capacity);
+
+/// Compares the first `count` bytes of the code at `address` in memory with the same bytes in
+/// the ELF file it was loaded from. Writes both, and the file's path. Returns 1 when equal,
+/// 0 when different, -1 when the file cannot be read or the address is not in a file mapping.
+int fingerly_compare_code_with_file(const void *address, unsigned char *memory, unsigned char *disk, size_t count,
+                                    char *path, size_t path_capacity);

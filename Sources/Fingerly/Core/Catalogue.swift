@@ -77,6 +77,14 @@ struct DetectionTables: Sendable, Codable {
     let systemTrustPaths: [String]
     let debuggerProcesses: [String]
     let containerMarkers: [VendorPattern]
+    /// Substrings of mapped file paths, with the tool they belong to ("valgrind", "frida", "rr"…).
+    let mappingMarkers: [VendorPattern]
+    /// Port -> the instrumentation server that listens there by default.
+    let instrumentationPorts: [String: String]
+    /// Variable name -> CI product.
+    let ciEnvironmentVariables: [VendorPattern]
+    let virtualDisplayProcesses: [String]
+    let inputInjectorProcesses: [String]
 
     static let embedded: DetectionTables = {
         do {

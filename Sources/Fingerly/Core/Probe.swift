@@ -36,6 +36,13 @@ enum ProbeRegistry {
         LoaderEnvironmentProbe(),
         ProxyEnvironmentProbe(),
         ContainerMarkersProbe(),
+        DebuggerSelfTestProbe(),
+        BreakpointsProbe(),
+        SymbolInterpositionProbe(),
+        LoadedObjectsProbe(),
+        ProcessMapsProbe(),
+        ThreadNamesProbe(),
+        AutomationEnvironmentProbe(),
         PCIProbe(),
         USBProbe(),
         BlockProbe(),
@@ -45,5 +52,8 @@ enum ProbeRegistry {
         SoundProbe(),
         TPMProbe(),
         FilesystemIdentityProbe(),
+        CodeIntegrityProbe(),
+        ListeningSocketsProbe(),
+        ProcessScanProbe(),
     ]
 }

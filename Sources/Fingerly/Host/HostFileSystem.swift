@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CFingerlyShims
 import Synchronization
 
 /// Why a host read produced no usable content.
@@ -109,6 +110,28 @@ public struct HostFileSystem: Sendable {
     /// Reads a file as UTF-8 text; invalid UTF-8 is malformed rather than silently repaired.
     public func readText(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> String {
         let bytes = try read(path, limit: limit)
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw HostReadError(.malformed, path: path, detail: "not valid UTF-8 text")
+        }
+        return text
+    }
+
+    /// Reads a file of this very process (/proc/self/…) with raw system calls on the live host,
+    /// so an LD_PRELOAD hook on open/read cannot filter it; under a root prefix it is an
+    /// ordinary read of the tree.
+    public func readBypassingLibc(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> [UInt8] {
+        guard isLiveHost else { return try read(path, limit: limit) }
+        log?.record(path)
+        var buffer = [UInt8](repeating: 0, count: limit)
+        let count = buffer.withUnsafeMutableBytes { raw in
+            fingerly_raw_read_file(path, raw.baseAddress!.assumingMemoryBound(to: CChar.self), limit)
+        }
+        guard count >= 0 else { throw HostReadError(path: path, systemError: SystemError(Int32(-count))) }
+        return Array(buffer[0..<count])
+    }
+
+    public func readTextBypassingLibc(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> String {
+        let bytes = try readBypassingLibc(path, limit: limit)
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw HostReadError(.malformed, path: path, detail: "not valid UTF-8 text")
         }

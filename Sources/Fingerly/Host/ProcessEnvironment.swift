@@ -2,7 +2,8 @@
 ///
 /// Read through the host layer rather than `getenv`, so that `--root` trees carry their own
 /// environment and a hooked `getenv` or an `unsetenv` in a preloaded constructor cannot hide
-/// what the process was started with.
+/// what the process was started with; on the live host with raw system calls, so a hooked
+/// `read` cannot filter it either.
 struct ProcessEnvironment {
     static let path = "/proc/self/environ"
 
@@ -16,7 +17,7 @@ struct ProcessEnvironment {
     }
 
     static func read(from host: HostFileSystem) throws(HostReadError) -> ProcessEnvironment {
-        let bytes = try host.read(path, limit: 1024 * 1024)
+        let bytes = try host.readBypassingLibc(path, limit: 1024 * 1024)
         var variables: [String: String] = [:]
         var malformed = 0
         for entry in bytes.split(separator: 0) {

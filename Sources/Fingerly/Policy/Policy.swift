@@ -45,6 +45,9 @@ public struct Policy: Sendable {
         let kind: String?
         let kindFrom: String?
         let reason: String
+        /// Weak evidence: fires only beside a rule of medium or higher confidence, and never
+        /// counts toward corroboration.
+        let corroboratesOnly: Bool
     }
 
     struct VerdictRules: Sendable {

@@ -6,7 +6,7 @@ struct PolicyLoader {
     let catalogue: ProbeCatalogue
     let tables: DetectionTables
 
-    private static let ruleFields: Set<String> = ["id", "when", "all", "confidence", "kind", "kindFrom", "reason"]
+    private static let ruleFields: Set<String> = ["id", "when", "all", "confidence", "kind", "kindFrom", "reason", "corroboratesOnly"]
     private static let verdictFields: Set<String> = ["corroborate", "rules"]
     private static let testFields: Set<String> = ["equals", "notEquals", "in", "present", "contains", "containsAny",
                                                   "inTable", "greaterThan", "lessThan"]
@@ -126,13 +126,19 @@ struct PolicyLoader {
             guard catalogue.signalNames.contains(signal) else { throw fail(location, "kindFrom", "unknown signal '\(signal)'") }
             kindFrom = signal
         }
+        var corroboratesOnly = false
+        if let value = fields["corroboratesOnly"] {
+            guard case .bool(let flag) = value else { throw fail(location, "corroboratesOnly", "expected a boolean, got \(value.typeName)") }
+            corroboratesOnly = flag
+        }
         guard case .string(let reason)? = fields["reason"], !reason.isEmpty else {
             throw fail(location, "reason", "missing or not a non-empty string")
         }
         for placeholder in ReasonTemplate.placeholders(in: reason) where placeholder != "value" && !catalogue.signalNames.contains(placeholder) {
             throw fail(location, "reason", "the placeholder {\(placeholder)} names no known signal")
         }
-        return Policy.Rule(id: id, conditions: conditions, confidence: confidence, kind: kind, kindFrom: kindFrom, reason: reason)
+        return Policy.Rule(id: id, conditions: conditions, confidence: confidence, kind: kind, kindFrom: kindFrom,
+                           reason: reason, corroboratesOnly: corroboratesOnly)
     }
 
     private func parseCondition(_ value: JSONValue, location: String, field: String,

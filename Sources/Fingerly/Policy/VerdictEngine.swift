@@ -40,6 +40,10 @@ struct VerdictEngine {
             for rule in rules?.rules ?? [] where rule.conditions.allSatisfy({ Self.holds($0, signals[$0.signal]) }) {
                 fired.append((rule, signals[rule.conditions[0].signal]))
             }
+            let independent = fired.filter { !$0.rule.corroboratesOnly }
+            if !independent.contains(where: { $0.rule.confidence >= .medium }) {
+                fired = independent
+            }
 
             var missing: [MissingEvidence] = []
             for signal in policy.signals(of: name) {
@@ -54,7 +58,7 @@ struct VerdictEngine {
                                          kind: nil, reasons: [], missingEvidence: missing)
                 continue
             }
-            let corroborated = rules?.corroborate == true && fired.count >= 2
+            let corroborated = rules?.corroborate == true && independent.count >= 2
             // The strongest rule that names a kind decides it; among equals, the policy's order ranks.
             func namedKind(of rule: Policy.Rule) -> String? { rule.kind ?? rule.kindFrom.flatMap { signals[$0]?.description } }
             let kindLevel = fired.filter { namedKind(of: $0.rule) != nil }.map(\.rule.confidence).max()

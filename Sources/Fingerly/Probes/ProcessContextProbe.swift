@@ -9,7 +9,7 @@ struct ProcessContextProbe: Probe {
     func collect(into context: ProbeContext) throws(ProbeFailure) {
         let host = context.host
         let status: [String: String]
-        do { status = Self.parseStatus(try host.readText("/proc/self/status")) } catch { throw ProbeFailure(error) }
+        do { status = Self.parseStatus(try host.readTextBypassingLibc("/proc/self/status")) } catch { throw ProbeFailure(error) }
 
         if let ids = status["Uid"]?.split(whereSeparator: { $0 == " " || $0 == "\t" }).compactMap({ Int($0) }), ids.count == 4 {
             context.emit("process.uid", ids[0])
@@ -25,7 +25,7 @@ struct ProcessContextProbe: Probe {
             for tid in tids {
                 let path = "/proc/self/task/\(tid)/status"
                 // A thread may exit between listing and reading.
-                guard let text = context.attemptIfPresent({ () throws(HostReadError) in try host.readText(path) }) else { continue }
+                guard let text = context.attemptIfPresent({ () throws(HostReadError) in try host.readTextBypassingLibc(path) }) else { continue }
                 threads += 1
                 guard let tracer = Self.parseStatus(text)["TracerPid"].flatMap({ Int($0) }) else {
                     context.recordMalformed(path, "TracerPid is missing or not a number")
@@ -61,6 +61,8 @@ struct ProcessContextProbe: Probe {
                 context.emit("process.parent_exe", exe)
             }
         }
+
+        if let mode = status["Seccomp"].flatMap({ Int($0) }) { context.emit("process.seccomp_mode", mode) }
 
         // File descriptors belong to this process, not to a root tree.
         if host.isLiveHost {

@@ -1,0 +1,217 @@
+#define _GNU_SOURCE
+#include "fingerly_shims.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int fingerly_traceme_selftest(void) {
+    pid_t child = fork();
+    if (child < 0) return -1;
+    if (child == 0) {
+        // Only async-signal-safe calls between fork and _exit.
+        long result = ptrace(PTRACE_TRACEME, 0, NULL, NULL);
+        _exit(result == 0 ? 0 : (errno & 0x7f));
+    }
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0) {
+        if (errno != EINTR) return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static long raw_syscall3(long number, long a, long b, long c) {
+#if defined(__x86_64__)
+    long result;
+    __asm__ volatile("syscall" : "=a"(result) : "a"(number), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+    return result;
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = number;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    __asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
+    return x0;
+#else
+    errno = 0;
+    long result = syscall(number, a, b, c);
+    return result < 0 ? -errno : result;
+#endif
+}
+
+static long raw_syscall4(long number, long a, long b, long c, long d) {
+#if defined(__x86_64__)
+    long result;
+    register long r10 __asm__("r10") = d;
+    __asm__ volatile("syscall" : "=a"(result) : "a"(number), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+    return result;
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = number;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    __asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
+    return x0;
+#else
+    errno = 0;
+    long result = syscall(number, a, b, c, d);
+    return result < 0 ? -errno : result;
+#endif
+}
+
+ssize_t fingerly_raw_read_file(const char *path, char *buffer, size_t capacity) {
+    long fd;
+    do {
+        fd = raw_syscall4(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0);
+    } while (fd == -EINTR);
+    if (fd < 0) return fd;
+    size_t total = 0;
+    while (total < capacity) {
+        long count = raw_syscall3(SYS_read, fd, (long)(buffer + total), (long)(capacity - total));
+        if (count == -EINTR) continue;
+        if (count < 0) {
+            raw_syscall3(SYS_close, fd, 0, 0);
+            return count;
+        }
+        if (count == 0) break;
+        total += (size_t)count;
+    }
+    raw_syscall3(SYS_close, fd, 0, 0);
+    return (ssize_t)total;
+}
+
+const void *fingerly_loader_breakpoint_address(void) {
+    return (const void *)_r_debug.r_brk;
+}
+
+const void *fingerly_shim_entry(void) {
+    return (const void *)&fingerly_raw_read_file;
+}
+
+struct object_listing {
+    char *buffer;
+    size_t capacity;
+    size_t length;
+};
+
+static void append(struct object_listing *listing, const char *text) {
+    size_t length = strlen(text);
+    if (listing->length + length >= listing->capacity) length = listing->capacity - listing->length - 1;
+    memcpy(listing->buffer + listing->length, text, length);
+    listing->length += length;
+    listing->buffer[listing->length] = 0;
+}
+
+static int list_object(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct object_listing *listing = data;
+    const ElfW(Dyn) *dynamic = NULL;
+    for (int index = 0; index < info->dlpi_phnum; index++) {
+        if (info->dlpi_phdr[index].p_type == PT_DYNAMIC) {
+            dynamic = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[index].p_vaddr);
+        }
+    }
+    const char *strings = NULL;
+    const char *soname = "";
+    if (dynamic) {
+        for (const ElfW(Dyn) *entry = dynamic; entry->d_tag != DT_NULL; entry++) {
+            // glibc relocates DT_STRTAB to an absolute address; the vDSO leaves it relative.
+            if (entry->d_tag == DT_STRTAB) {
+                strings = (const char *)entry->d_un.d_ptr;
+                if ((ElfW(Addr))strings < info->dlpi_addr) strings += info->dlpi_addr;
+            }
+        }
+        for (const ElfW(Dyn) *entry = dynamic; strings && entry->d_tag != DT_NULL; entry++) {
+            if (entry->d_tag == DT_SONAME) soname = strings + entry->d_un.d_val;
+        }
+    }
+    append(listing, "O\t");
+    append(listing, info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "[main]");
+    append(listing, "\t");
+    append(listing, soname);
+    append(listing, "\n");
+    for (const ElfW(Dyn) *entry = dynamic; dynamic && strings && entry->d_tag != DT_NULL; entry++) {
+        if (entry->d_tag == DT_NEEDED) {
+            append(listing, "N\t");
+            append(listing, strings + entry->d_un.d_val);
+            append(listing, "\n");
+        }
+    }
+    return 0;
+}
+
+size_t fingerly_loaded_objects(char *buffer, size_t capacity) {
+    if (capacity == 0) return 0;
+    struct object_listing listing = {buffer, capacity, 0};
+    buffer[0] = 0;
+    dl_iterate_phdr(list_object, &listing);
+    return listing.length;
+}
+
+static void copy_path(const void *address, char *out, size_t capacity) {
+    Dl_info info;
+    if (capacity == 0) return;
+    out[0] = 0;
+    if (address && dladdr(address, &info) && info.dli_fname) {
+        strncpy(out, info.dli_fname, capacity - 1);
+        out[capacity - 1] = 0;
+    }
+}
+
+int fingerly_symbol_origin(const char *symbol, const char *library, const void **global_address,
+                           char *global_path, size_t global_capacity, char *library_path, size_t library_capacity) {
+    void *handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);
+    if (!handle) return -1;
+    void *inside = dlsym(handle, symbol);
+    void *global = dlsym(RTLD_DEFAULT, symbol);
+    dlclose(handle);
+    if (!inside) return -1;
+    *global_address = global;
+    copy_path(global, global_path, global_capacity);
+    copy_path(inside, library_path, library_capacity);
+    return global == inside ? 1 : 0;
+}
+
+int fingerly_compare_code_with_file(const void *address, unsigned char *memory, unsigned char *disk, size_t count,
+                                    char *path, size_t path_capacity) {
+    Dl_info info;
+    if (!address || !dladdr(address, &info) || !info.dli_fname || !info.dli_fbase) return -1;
+    const char *file = info.dli_fname;
+    // The main program reports an empty name; /proc/self/exe is its file.
+    if (!file[0]) file = "/proc/self/exe";
+    copy_path(address, path, path_capacity);
+    if (path_capacity && !path[0]) {
+        strncpy(path, file, path_capacity - 1);
+        path[path_capacity - 1] = 0;
+    }
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int result = -1;
+    ElfW(Ehdr) header;
+    if (pread(fd, &header, sizeof header, 0) != (ssize_t)sizeof header || memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) goto done;
+    // Which load base: the object's (shared libraries and PIE) or zero (fixed-address programs).
+    ElfW(Addr) base = header.e_type == ET_EXEC ? 0 : (ElfW(Addr))info.dli_fbase;
+    ElfW(Addr) vaddr = (ElfW(Addr))address - base;
+    for (int index = 0; index < header.e_phnum; index++) {
+        ElfW(Phdr) segment;
+        off_t at = (off_t)header.e_phoff + (off_t)index * header.e_phentsize;
+        if (pread(fd, &segment, sizeof segment, at) != (ssize_t)sizeof segment) goto done;
+        if (segment.p_type != PT_LOAD || vaddr < segment.p_vaddr || vaddr + count > segment.p_vaddr + segment.p_filesz) continue;
+        off_t offset = (off_t)(segment.p_offset + (vaddr - segment.p_vaddr));
+        if (pread(fd, disk, count, offset) != (ssize_t)count) goto done;
+        memcpy(memory, address, count);
+        result = memcmp(memory, disk, count) == 0 ? 1 : 0;
+        break;
+    }
+done:
+    close(fd);
+    return result;
+}

@@ -1,0 +1,155 @@
+import Foundation
+import Testing
+@testable import Fingerly
+
+/// The runtime integrity verdicts against real debuggers, tracers, hooks and instrumentation,
+/// run on the built CLI.
+@Suite(.serialized) struct IntegrityScenarioTests {
+    static func installed(_ tool: String) -> Bool {
+        ["/usr/bin/", "/bin/", "/usr/sbin/"].contains { FileManager.default.isExecutableFile(atPath: $0 + tool) }
+    }
+
+    static let staticCLI = TestPaths.packageRoot + "/.build/static/debug/fingerly-identify"
+    static let integrityVerdicts = ["debugger", "tampering", "instrumentation", "automation"]
+
+    struct Verdict {
+        let value: Bool
+        let confidence: String
+        let kind: String?
+        let codes: [String]
+        let messages: [String]
+    }
+
+    /// The result's verdicts, from the one JSON line among a debugger's own chatter.
+    static func verdicts(_ output: ProcessOutput) throws -> [String: Verdict] {
+        let line = try #require(output.standardOutput.split(separator: "\n").first { $0.hasPrefix("{\"") },
+                                "no JSON in the output: \(output.standardOutput.prefix(500)) \(output.standardError.prefix(500))")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        let verdicts = try #require(json["verdicts"] as? [String: [String: Any]])
+        return verdicts.mapValues { verdict in
+            let reasons = verdict["reasons"] as? [[String: Any]] ?? []
+            return Verdict(value: verdict["value"] as? Bool ?? false, confidence: verdict["confidence"] as? String ?? "",
+                           kind: verdict["kind"] as? String,
+                           codes: reasons.compactMap { $0["code"] as? String }, messages: reasons.compactMap { $0["message"] as? String })
+        }
+    }
+
+    static func buildHook(_ name: String) throws -> String {
+        let directory = try TestPaths.temporaryDirectory("hook")
+        let library = directory + "/lib\(name).so"
+        let build = try runProcess("/usr/bin/gcc", ["-shared", "-fPIC", "-O1", "-o", library,
+                                                    TestPaths.packageRoot + "/Tests/Fixtures/hooks/hook-\(name).c", "-ldl"])
+        try #require(build.status == 0, "gcc: \(build.standardError)")
+        return library
+    }
+
+    static let run = ["--no-submit", "--json"]
+
+    @Test func plainRunIsClean() throws {
+        let found = try Self.verdicts(try runCLI(Self.run))
+        for name in ["debugger", "tampering", "instrumentation"] {
+            let verdict = try #require(found[name])
+            #expect(!verdict.value && verdict.codes.isEmpty, "\(name): \(verdict.messages)")
+        }
+        let automation = try #require(found["automation"])
+        if ProcessInfo.processInfo.environment["CI"].map({ !["false", "0", ""].contains($0.lowercased()) }) == true {
+            // On CI the CI variables may show, at low confidence only.
+            #expect(!automation.value || (automation.confidence == "low" && automation.codes == ["ci_environment"]), "\(automation.messages)")
+        } else {
+            #expect(!automation.value && automation.codes.isEmpty, "\(automation.messages)")
+        }
+    }
+
+    @Test(.enabled(if: installed("gdb"), "gdb is not installed"))
+    func gdbIsADebuggerWithHighConfidence() throws {
+        let output = try runProcess("/usr/bin/gdb", ["-batch", "-ex", "run", "--args", TestPaths.cli] + Self.run)
+        let debugger = try #require(try Self.verdicts(output)["debugger"])
+        #expect(debugger.value && debugger.confidence == "high")
+        #expect(debugger.codes.contains("tracer_pid") && debugger.codes.contains("parent_is_debugger"))
+        #expect(debugger.messages.first { $0.contains("traced by pid") }?.contains("gdb") == true, "the tracer is named")
+        #expect(debugger.codes.contains("aslr_disabled"))
+    }
+
+    @Test(.enabled(if: installed("strace"), "strace is not installed"))
+    func straceFollowingForksIsADebuggerWithHighConfidence() throws {
+        let output = try runProcess("/usr/bin/strace", ["-f", "-o", "/dev/null", TestPaths.cli] + Self.run)
+        let debugger = try #require(try Self.verdicts(output)["debugger"])
+        #expect(debugger.value && debugger.confidence == "high")
+        #expect(debugger.codes.contains("tracer_pid") && debugger.codes.contains("traceme_blocked"))
+        #expect(debugger.messages.first { $0.contains("traced by pid") }?.contains("strace") == true)
+    }
+
+    @Test(.enabled(if: installed("ltrace"), "ltrace is not installed"))
+    func ltraceIsADebugger() throws {
+        // -e narrows the traced calls: with every PLT entry broken on, ltrace cannot keep up
+        // with a Swift program's threads.
+        let output = try runProcess("/usr/bin/ltrace", ["-e", "ptrace", "-o", "/dev/null", TestPaths.cli] + Self.run)
+        let debugger = try #require(try Self.verdicts(output)["debugger"])
+        #expect(debugger.value)
+        #expect(debugger.codes.contains("tracer_pid"))
+        #expect(debugger.messages.first { $0.contains("traced by pid") }?.contains("ltrace") == true)
+    }
+
+    @Test(.enabled(if: installed("gcc"), "gcc is not installed"))
+    func anLDPreloadHookOnOpenIsTamperingWithHighConfidence() throws {
+        let library = try Self.buildHook("open")
+        var environment = ProcessInfo.processInfo.environment
+        environment["LD_PRELOAD"] = library
+        let tampering = try #require(try Self.verdicts(try runCLI(Self.run, environment: environment))["tampering"])
+        #expect(tampering.value && tampering.confidence == "high")
+        #expect(tampering.codes.contains("interposed_symbol") && tampering.codes.contains("ld_preload"))
+        let interposition = try #require(tampering.messages.first { $0.hasPrefix("Calls do not reach") })
+        #expect(interposition.contains("open -> \(library)"), "names the symbol and the library: \(interposition)")
+    }
+
+    @Test(.enabled(if: installed("gcc") && installed("unshare"), "gcc or unshare is not installed"))
+    func theSameHookThroughEtcLdSoPreloadInAPrivateMountNamespace() throws {
+        let library = try Self.buildHook("open")
+        let scratch = try TestPaths.temporaryDirectory("preload-etc")
+        // The namespace gets its own copy of /etc with the preload file; the host's /etc is untouched.
+        let script = "cp -a /etc \"$1/etc\" && printf '%s\\n' \"$2\" > \"$1/etc/ld.so.preload\" && mount --bind \"$1/etc\" /etc && exec \"$3\" --no-submit --json"
+        let output = try runProcess("/usr/bin/unshare", ["-m", "/bin/sh", "-c", script, "sh", scratch, library, TestPaths.cli])
+        #expect(!FileManager.default.fileExists(atPath: "/etc/ld.so.preload"), "the host's /etc must not change")
+        let tampering = try #require(try Self.verdicts(output)["tampering"])
+        #expect(tampering.value && tampering.confidence == "high")
+        #expect(tampering.codes.contains("ld_so_preload") && tampering.codes.contains("interposed_symbol"))
+        #expect(tampering.messages.contains { $0.contains("/etc/ld.so.preload injects \(library)") })
+    }
+
+    @Test(.enabled(if: installed("gcc"), "gcc is not installed"))
+    func aHookThatHidesItselfIsStillCaught() throws {
+        let library = try Self.buildHook("stealth")
+        var environment = ProcessInfo.processInfo.environment
+        environment["LD_PRELOAD"] = library
+        let tampering = try #require(try Self.verdicts(try runCLI(Self.run, environment: environment))["tampering"])
+        #expect(tampering.value && tampering.confidence == "high")
+        // Its open/openat/fopen hooks are visible as interposition, and what they filter out of
+        // /proc/self/maps is visible through raw system calls.
+        #expect(tampering.codes.contains("interposed_symbol") && tampering.codes.contains("libc_view_mismatch"))
+        #expect(tampering.messages.contains { $0.contains("fopen -> \(library)") })
+        #expect(tampering.messages.contains { $0.contains("/proc/self/maps hides") && $0.contains(library) })
+    }
+
+    @Test(.enabled(if: installed("valgrind"), "valgrind is not installed"))
+    func valgrindIsInstrumentation() throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.staticCLI),
+                     "\(Self.staticCLI) is missing: scripts/test builds it (swift build --static-swift-stdlib --scratch-path .build/static)")
+        // valgrind 3.19 cannot read the toolchain's DWARF 5: give it a copy without debug info.
+        let stripped = try TestPaths.temporaryDirectory("valgrind") + "/fingerly-identify"
+        try #require(try runProcess("/usr/bin/strip", ["--strip-debug", "-o", stripped, Self.staticCLI]).status == 0)
+        // Everything runs some fifty times slower under valgrind: give the probes room.
+        let output = try runProcess("/usr/bin/valgrind", ["-q", stripped, "--no-submit", "--json", "--tiers", "fast",
+                                                          "--budget-ms", "120000", "--probe-timeout-ms", "60000"])
+        let instrumentation = try #require(try Self.verdicts(output)["instrumentation"])
+        #expect(instrumentation.value && instrumentation.kind == "valgrind")
+        #expect(instrumentation.codes.contains("valgrind_mapped"))
+    }
+
+    @Test(.enabled(if: installed("xvfb-run"), "xvfb-run is not installed"))
+    func xvfbRunIsAutomationEvidence() throws {
+        let output = try runProcess("/usr/bin/xvfb-run", ["-a", TestPaths.cli] + Self.run)
+        let automation = try #require(try Self.verdicts(output)["automation"])
+        #expect(automation.value && automation.kind == "virtual-display")
+        #expect(automation.codes.contains("xvfb_run"))
+    }
+}
