@@ -101,6 +101,9 @@ public final class Fingerly: Sendable {
     private let consent: Mutex<Consent>
     let probes: [any Probe]
     let catalogue: ProbeCatalogue
+    /// Built once: a repeat integrity check should only pay for its probes.
+    let engine: VerdictEngine
+    let integrityProbeIds: Set<String>
 
     /// - Parameters:
     ///   - apiKey: keys the identifier hashes and, by its prefix, picks the region. May be nil
@@ -139,6 +142,10 @@ public final class Fingerly: Sendable {
         self.filter = filter
         self.logger = logger
         self.consent = Mutex(consent)
+        let engine = VerdictEngine(policy: policy, catalogue: catalogue)
+        let policy = policy
+        self.engine = engine
+        integrityProbeIds = Set(IntegrityResult.verdictNames.flatMap { policy.signals(of: $0) }.compactMap { engine.owners[$0] })
     }
 
     public func setConsent(_ consent: Consent) {
@@ -167,19 +174,20 @@ public final class Fingerly: Sendable {
     public func identify(tag: String? = nil, tiers: Set<Tier>? = nil, submit: Bool = true) async throws -> IdentifyResult {
         if submit { throw FingerlyError.submissionUnavailable }
         let report = try await collect(tag: tag, tiers: tiers)
-        return IdentifyResult.local(report: report, verdicts: VerdictEngine(policy: policy, catalogue: catalogue).evaluate(report),
+        return IdentifyResult.local(report: report, verdicts: engine.evaluate(report),
                                     policy: policy)
     }
 
     func collectBlocking(tag: String?, tiers: Set<Tier>, startedAt started: Double = monotonicMilliseconds(),
-                         log: HostAccessLog? = nil) -> SignalReport {
+                         log: HostAccessLog? = nil, only probeIds: Set<String>? = nil) -> SignalReport {
         fingerlyCollectEntry()
         let environment = ProbeEnvironment(host: HostFileSystem(root: options.root, log: log), tables: .embedded,
                                            filter: filter, hasher: hasher)
         var jobs: [ScheduledProbe] = []
         var ignored: [ProbeEntry] = []
         for probe in probes {
-            guard let entry = catalogue.entry(probe.id), tiers.contains(entry.tier) else { continue }
+            guard let entry = catalogue.entry(probe.id), tiers.contains(entry.tier),
+                  probeIds?.contains(probe.id) ?? true else { continue }
             let job = ScheduledProbe(probe: probe, tier: entry.tier,
                                      timeoutMs: schedule.sourceTimeoutOverrideMs ?? entry.timeoutMs ?? schedule.defaultSourceTimeoutMs)
             if filter.ignores(probe: entry) {

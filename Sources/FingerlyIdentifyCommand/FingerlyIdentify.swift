@@ -7,6 +7,7 @@ import Glibc
 public enum FingerlyIdentify {
     public static let help = """
         USAGE: fingerly-identify --no-submit [options]
+               fingerly-identify integrity [--tiers LIST] [--fail-on LIST] [--json] [--repeat N] [--concurrency N]
                fingerly-identify probes [--json]
 
         Collects device and integrity signals from this Linux host (or a root tree), applies the
@@ -33,6 +34,12 @@ public enum FingerlyIdentify {
           --version                Print the version.
           --help                   Print this help.
 
+        INTEGRITY:
+          The debugger, tampering, instrumentation and automation verdicts alone, from only the
+          probes they need (fast tier by default), as an application checks before a sensitive
+          action. Nothing is sent. --repeat N runs the check N more times in this process and
+          prints the per-call cost on stderr.
+
         EXIT CODES:
           0   success
           3   a --fail-on verdict matched
@@ -54,6 +61,11 @@ public enum FingerlyIdentify {
                 if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
                 if let extra = parsed.positionals.first { throw UsageError("unexpected argument '\(extra)'") }
                 return ProbesCommand(json: parsed.has("json")).run(io).rawValue
+            }
+            if arguments.first == "integrity" {
+                let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: IntegrityCommand.flags, options: IntegrityCommand.options)
+                if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
+                return await (try IntegrityCommand(parsed)).run(io).rawValue
             }
             let parsed = try ParsedArguments(arguments, flags: IdentifyCommand.flags, options: IdentifyCommand.options)
             if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }

@@ -50,21 +50,25 @@ struct IdentifyCommand {
         }
         policyPath = arguments["policy"]
         ignore = Set(arguments.list("ignore") ?? [])
-        if let specs = arguments.list("fail-on") {
-            for spec in specs {
-                let parts = spec.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
-                guard parts.count <= 2, let verdict = VerdictName(rawValue: parts[0]) else {
-                    throw UsageError("--fail-on: '\(spec)' is not VERDICT[:CONFIDENCE]; verdicts are \(VerdictName.allCases.map(\.rawValue).joined(separator: ", "))")
-                }
-                let confidence = parts.count == 2 ? Confidence(rawValue: parts[1]) : .low
-                guard let confidence else { throw UsageError("--fail-on: confidence '\(parts[1])' must be low, medium or high") }
-                failOn.append(FailOn(verdict: verdict, atLeast: confidence))
-            }
-        }
+        failOn = try Self.parseFailOn(arguments.list("fail-on") ?? [])
         apiKey = arguments["api-key"] ?? environment["FINGERLY_API_KEY"]
         if !arguments.positionals.isEmpty {
             throw UsageError("unexpected argument '\(arguments.positionals[0])'")
         }
+    }
+
+    static func parseFailOn(_ specs: [String]) throws(UsageError) -> [FailOn] {
+        var rules: [FailOn] = []
+        for spec in specs {
+            let parts = spec.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+            guard parts.count <= 2, let verdict = VerdictName(rawValue: parts[0]) else {
+                throw UsageError("--fail-on: '\(spec)' is not VERDICT[:CONFIDENCE]; verdicts are \(VerdictName.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            let confidence = parts.count == 2 ? Confidence(rawValue: parts[1]) : .low
+            guard let confidence else { throw UsageError("--fail-on: confidence '\(parts[1])' must be low, medium or high") }
+            rules.append(FailOn(verdict: verdict, atLeast: confidence))
+        }
+        return rules
     }
 
     func run(_ io: CommandIO) async -> ExitCode {

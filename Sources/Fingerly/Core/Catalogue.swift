@@ -58,6 +58,13 @@ public struct ProbeCatalogue: Sendable, Codable, Hashable {
     }
 
     public var signalNames: Set<String> { Set(probes.flatMap { $0.signals.map(\.name) }) }
+
+    /// Signal name -> the id of the probe that reports it.
+    public var signalOwners: [String: String] {
+        var owners: [String: String] = [:]
+        for probe in probes { for signal in probe.signals where owners[signal.name] == nil { owners[signal.name] = probe.id } }
+        return owners
+    }
 }
 
 /// Detection tables (`probes/detection-tables.json`): vendor strings and the like, as data.

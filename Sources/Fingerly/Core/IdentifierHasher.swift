@@ -5,6 +5,9 @@ import CCrypto
 /// see the same one, and nobody can recover the raw identifier.
 struct IdentifierHasher: Sendable {
     private let key: [UInt8]
+    /// Fetched once: OpenSSL 3 otherwise looks the digest up in its provider tables on every call.
+    /// Immutable after the fetch and thread-safe to use.
+    nonisolated(unsafe) private static let sha256: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)
 
     /// The key used when no API key was given (a `--no-submit` run): stable on this host,
     /// but never equal to what any organisation receives.
@@ -14,24 +17,28 @@ struct IdentifierHasher: Sendable {
         key = Array((apiKey ?? Self.localKey).utf8)
     }
 
-    /// Identifiers are normalised first so that a trailing newline or upper-case hex in one
-    /// source does not split a host in two.
+    /// Identifiers are normalised first (white space trimmed, ASCII lower-cased) so that a
+    /// trailing newline or upper-case hex in one source does not split a host in two.
     func hash(_ raw: String) -> String {
-        let message = Array(raw.trimmingWhitespace().lowercased().utf8)
+        let message = raw.trimmingWhitespace().utf8.map { (65...90).contains($0) ? $0 + 32 : $0 }
         var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
         let ok = key.withUnsafeBufferPointer { keyBytes in
             message.withUnsafeBufferPointer { messageBytes in
                 digest.withUnsafeMutableBufferPointer { out in
-                    HMAC(EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count),
+                    HMAC(Self.sha256 ?? EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count),
                          messageBytes.baseAddress, messageBytes.count, out.baseAddress, &length)
                 }
             }
         }
         precondition(ok != nil && length == 32, "HMAC-SHA256 failed in libcrypto")
-        return digest.prefix(Int(length)).map { byte in
-            let hex = Array("0123456789abcdef".utf8)
-            return String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 0xf)]], as: UTF8.self)
-        }.joined()
+        let hex = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(Int(length) * 2)
+        for byte in digest.prefix(Int(length)) {
+            text.append(hex[Int(byte >> 4)])
+            text.append(hex[Int(byte & 0xf)])
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 }

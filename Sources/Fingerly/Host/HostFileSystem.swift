@@ -122,12 +122,17 @@ public struct HostFileSystem: Sendable {
     public func readBypassingLibc(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> [UInt8] {
         guard isLiveHost else { return try read(path, limit: limit) }
         log?.record(path)
-        var buffer = [UInt8](repeating: 0, count: limit)
-        let count = buffer.withUnsafeMutableBytes { raw in
-            fingerly_raw_read_file(path, raw.baseAddress!.assumingMemoryBound(to: CChar.self), limit)
+        // /proc files give no size up front: start small and read again, larger, only when full.
+        var capacity = min(limit, 64 * 1024)
+        while true {
+            var buffer = [UInt8](repeating: 0, count: capacity)
+            let count = buffer.withUnsafeMutableBytes { raw in
+                fingerly_raw_read_file(path, raw.baseAddress!.assumingMemoryBound(to: CChar.self), capacity)
+            }
+            guard count >= 0 else { throw HostReadError(path: path, systemError: SystemError(Int32(-count))) }
+            if count < capacity || capacity == limit { return Array(buffer[0..<count]) }
+            capacity = min(limit, capacity * 4)
         }
-        guard count >= 0 else { throw HostReadError(path: path, systemError: SystemError(Int32(-count))) }
-        return Array(buffer[0..<count])
     }
 
     public func readTextBypassingLibc(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> String {
@@ -187,10 +192,13 @@ public struct HostFileSystem: Sendable {
 }
 
 extension StringProtocol {
+    /// Trims ASCII white space and NULs, working on UTF-8 bytes: this runs on every line of
+    /// every /proc file, where Character iteration would dominate.
     func trimmingWhitespace() -> String {
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\0" }
-        guard let first = firstIndex(where: { !isSpace($0) }) else { return "" }
-        let last = lastIndex(where: { !isSpace($0) })!
-        return String(self[first...last])
+        let bytes = Array(utf8)
+        let isSpace: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D || $0 == 0 }
+        guard let first = bytes.firstIndex(where: { !isSpace($0) }) else { return "" }
+        let last = bytes.lastIndex(where: { !isSpace($0) })!
+        return String(decoding: bytes[first...last], as: UTF8.self)
     }
 }

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// The process environment as the kernel holds it in `/proc/self/environ`.
 ///
 /// Read through the host layer rather than `getenv`, so that `--root` trees carry their own
@@ -16,8 +18,18 @@ struct ProcessEnvironment {
         self.malformedEntries = malformedEntries
     }
 
+    /// The kernel keeps the environment block a process was started with; it never changes, so
+    /// the live host's is read once per process.
+    private static let liveBytes = Mutex<[UInt8]?>(nil)
+
     static func read(from host: HostFileSystem) throws(HostReadError) -> ProcessEnvironment {
-        let bytes = try host.readBypassingLibc(path, limit: 1024 * 1024)
+        let bytes: [UInt8]
+        if host.isLiveHost, let cached = liveBytes.withLock({ $0 }) {
+            bytes = cached
+        } else {
+            bytes = try host.readBypassingLibc(path, limit: 1024 * 1024)
+            if host.isLiveHost { liveBytes.withLock { $0 = bytes } }
+        }
         var variables: [String: String] = [:]
         var malformed = 0
         for entry in bytes.split(separator: 0) {

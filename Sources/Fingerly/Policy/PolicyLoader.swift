@@ -5,6 +5,13 @@ import FoundationEssentials
 struct PolicyLoader {
     let catalogue: ProbeCatalogue
     let tables: DetectionTables
+    private let signalNames: Set<String>
+
+    init(catalogue: ProbeCatalogue, tables: DetectionTables) {
+        self.catalogue = catalogue
+        self.tables = tables
+        signalNames = catalogue.signalNames
+    }
 
     private static let ruleFields: Set<String> = ["id", "when", "all", "confidence", "kind", "kindFrom", "reason", "corroboratesOnly"]
     private static let verdictFields: Set<String> = ["corroborate", "rules"]
@@ -17,9 +24,9 @@ struct PolicyLoader {
         }
         let document: JSONValue
         do {
-            document = try JSONDecoder().decode(JSONValue.self, from: data)
+            document = try JSONParser.parse(Array(data))
         } catch {
-            throw fail(nil, nil, "not valid JSON (\(Self.describe(error)))")
+            throw fail(nil, nil, "not valid JSON (\(error))")
         }
         guard case .object(let top) = document else { throw fail(nil, nil, "the document must be a JSON object") }
 
@@ -123,7 +130,7 @@ struct PolicyLoader {
         var kindFrom: String?
         if let value = fields["kindFrom"] {
             guard case .string(let signal) = value else { throw fail(location, "kindFrom", "expected a signal name") }
-            guard catalogue.signalNames.contains(signal) else { throw fail(location, "kindFrom", "unknown signal '\(signal)'") }
+            guard signalNames.contains(signal) else { throw fail(location, "kindFrom", "unknown signal '\(signal)'") }
             kindFrom = signal
         }
         var corroboratesOnly = false
@@ -134,7 +141,7 @@ struct PolicyLoader {
         guard case .string(let reason)? = fields["reason"], !reason.isEmpty else {
             throw fail(location, "reason", "missing or not a non-empty string")
         }
-        for placeholder in ReasonTemplate.placeholders(in: reason) where placeholder != "value" && !catalogue.signalNames.contains(placeholder) {
+        for placeholder in ReasonTemplate.placeholders(in: reason) where placeholder != "value" && !signalNames.contains(placeholder) {
             throw fail(location, "reason", "the placeholder {\(placeholder)} names no known signal")
         }
         return Policy.Rule(id: id, conditions: conditions, confidence: confidence, kind: kind, kindFrom: kindFrom,
@@ -145,7 +152,7 @@ struct PolicyLoader {
                                 fail: (String?, String?, String) -> PolicyError) throws(PolicyError) -> Policy.Condition {
         guard case .object(let fields) = value else { throw fail(location, field, "a condition must be an object") }
         guard case .string(let signal)? = fields["signal"] else { throw fail(location, field + ".signal", "missing or not a string") }
-        guard catalogue.signalNames.contains(signal) else {
+        guard signalNames.contains(signal) else {
             throw fail(location, field + ".signal", "unknown signal '\(signal)'")
         }
         let tests = fields.keys.filter { $0 != "signal" }.sorted()
@@ -204,12 +211,6 @@ struct PolicyLoader {
         return Policy.Condition(signal: signal, test: test)
     }
 
-    private static func describe(_ error: any Error) -> String {
-        if case DecodingError.dataCorrupted(let context) = error {
-            return context.underlyingError.map { "\($0)" } ?? context.debugDescription
-        }
-        return "\(error)"
-    }
 }
 
 extension JSONValue {

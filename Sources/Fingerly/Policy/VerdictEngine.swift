@@ -28,7 +28,13 @@ public struct Verdict: Sendable, Codable, Hashable {
 /// Applies a policy to a report.
 struct VerdictEngine {
     let policy: Policy
-    let catalogue: ProbeCatalogue
+    /// Signal name -> the id of the probe that reports it.
+    let owners: [String: String]
+
+    init(policy: Policy, catalogue: ProbeCatalogue) {
+        self.policy = policy
+        owners = catalogue.signalOwners
+    }
 
     func evaluate(_ report: SignalReport) -> [VerdictName: Verdict] {
         let signals = report.signals
@@ -47,10 +53,10 @@ struct VerdictEngine {
 
             var missing: [MissingEvidence] = []
             for signal in policy.signals(of: name) {
-                guard let probe = catalogue.probe(reporting: signal), let entry = statusByProbe[probe.id],
-                      entry.status.hidesEvidence, !missing.contains(where: { $0.probe == probe.id }) else { continue }
-                missing.append(MissingEvidence(probe: probe.id, status: entry.status,
-                                               message: "probe '\(probe.id)' ended \(entry.status.rawValue): \(entry.detail ?? "no detail"); its evidence is missing"))
+                guard let probe = owners[signal], let entry = statusByProbe[probe],
+                      entry.status.hidesEvidence, !missing.contains(where: { $0.probe == probe }) else { continue }
+                missing.append(MissingEvidence(probe: probe, status: entry.status,
+                                               message: "probe '\(probe)' ended \(entry.status.rawValue): \(entry.detail ?? "no detail"); its evidence is missing"))
             }
 
             guard let strongest = fired.map(\.rule.confidence).max() else {

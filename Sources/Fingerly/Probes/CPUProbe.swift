@@ -42,13 +42,14 @@ struct CPUProbe: Probe {
             if current["processor"] != nil { blocks.append(current) }
             current = [:]
         }
-        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            guard let colon = line.firstIndex(of: ":") else {
-                if line.trimmingWhitespace().isEmpty { finish() }
+        // Bytes, not Characters: a many-core machine's cpuinfo runs to hundreds of kilobytes.
+        for line in text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else {
+                if String(decoding: line, as: UTF8.self).trimmingWhitespace().isEmpty { finish() }
                 continue
             }
-            let key = line[..<colon].trimmingWhitespace()
-            let value = line[line.index(after: colon)...].trimmingWhitespace()
+            let key = String(decoding: line[..<colon], as: UTF8.self).trimmingWhitespace()
+            let value = String(decoding: line[line.index(after: colon)...], as: UTF8.self).trimmingWhitespace()
             if key == "processor" && current["processor"] != nil { finish() }
             current[key] = value
         }

@@ -27,7 +27,7 @@ struct ProcessContextProbe: Probe {
                 // A thread may exit between listing and reading.
                 guard let text = context.attemptIfPresent({ () throws(HostReadError) in try host.readTextBypassingLibc(path) }) else { continue }
                 threads += 1
-                guard let tracer = Self.parseStatus(text)["TracerPid"].flatMap({ Int($0) }) else {
+                guard let tracer = Self.field("TracerPid", in: text).flatMap({ Int($0) }) else {
                     context.recordMalformed(path, "TracerPid is missing or not a number")
                     continue
                 }
@@ -69,6 +69,13 @@ struct ProcessContextProbe: Probe {
             context.emit("process.stdin_tty", isatty(0) == 1)
             context.emit("process.stdout_tty", isatty(1) == 1)
         }
+    }
+
+    /// One field of a status file, without parsing the other fifty (every thread's is read).
+    static func field(_ name: String, in text: String) -> String? {
+        guard let start = text.firstRange(of: "\n" + name + ":")?.upperBound ?? (text.hasPrefix(name + ":") ? text.index(text.startIndex, offsetBy: name.count + 1) : nil) else { return nil }
+        let end = text[start...].firstIndex(of: "\n") ?? text.endIndex
+        return text[start..<end].trimmingWhitespace()
     }
 
     static func parseStatus(_ text: String) -> [String: String] {

@@ -1,6 +1,5 @@
 /// This process's memory map, read with raw system calls: instrumentation and record/replay
-/// tools that map themselves in, executable memfd regions, and whether the libc view of
-/// /proc/self differs from the raw one (a hook filtering what the process sees of itself).
+/// tools that map themselves in, and executable memfd regions.
 struct ProcessMapsProbe: Probe {
     let id = "process-maps"
 
@@ -11,37 +10,15 @@ struct ProcessMapsProbe: Probe {
         let regions = Self.regions(maps)
 
         var markers: [String] = []
-        for path in Self.mappedFiles(regions) {
-            if let marker = context.tables.mappingMarkers.first(where: { path.lowercased().contains($0.pattern.lowercased()) }),
-               !markers.contains(where: { $0.hasSuffix(path) }) {
-                markers.append("\(marker.kind): \(path)")
-            }
+        let patterns = context.tables.mappingMarkers.map { ($0.pattern.lowercased(), $0.kind) }
+        for path in Self.mappedFiles(regions).sorted() {
+            let lowered = path.lowercased()
+            if let marker = patterns.first(where: { lowered.contains($0.0) }) { markers.append("\(marker.1): \(path)") }
         }
         context.emit("process.mapped_tool_markers", markers)
         let memfd = regions.filter { $0.permissions.contains("x") && $0.path.hasPrefix("/memfd:") }.map(\.path)
         context.emit("process.executable_memfd_mappings", Array(Set(memfd)).sorted())
 
-        // Both views are read now, one right after the other: anything one shows and the other
-        // does not was filtered on its way through libc.
-        guard host.isLiveHost else { return }
-        var mismatches: [String] = []
-        if let viaLibc = context.attempt({ () throws(HostReadError) in try host.readText("/proc/self/maps", limit: 4 * 1024 * 1024) }) {
-            let hidden = Self.mappedFiles(regions).subtracting(Self.mappedFiles(Self.regions(viaLibc)))
-            if !hidden.isEmpty { mismatches.append("/proc/self/maps hides \(hidden.sorted().joined(separator: ", "))") }
-        }
-        for (path, field) in [("/proc/self/status", "TracerPid")] {
-            let raw = context.attempt { () throws(HostReadError) in try host.readTextBypassingLibc(path) }
-            let viaLibc = context.attempt { () throws(HostReadError) in try host.readText(path) }
-            if let raw, let viaLibc, ProcessContextProbe.parseStatus(raw)[field] != ProcessContextProbe.parseStatus(viaLibc)[field] {
-                mismatches.append("\(path) \(field) differs")
-            }
-        }
-        if let raw = context.attempt({ () throws(HostReadError) in try host.readBypassingLibc(ProcessEnvironment.path, limit: 1024 * 1024) }),
-           let viaLibc = context.attempt({ () throws(HostReadError) in try host.read(ProcessEnvironment.path, limit: 1024 * 1024) }),
-           raw != viaLibc {
-            mismatches.append("\(ProcessEnvironment.path) differs")
-        }
-        context.emit("integrity.view_mismatches", mismatches)
     }
 
     struct Region {
@@ -49,13 +26,34 @@ struct ProcessMapsProbe: Probe {
         let path: String
     }
 
+    /// Lines of "address perms offset dev inode [path]"; the path starts at the first non-blank
+    /// after the fifth field and may contain spaces. Parsed on bytes: a Swift process maps
+    /// hundreds of regions and this runs on every integrity check.
     static func regions(_ maps: String) -> [Region] {
-        maps.split(separator: "\n").compactMap { line in
-            // address perms offset dev inode [path]; the path may contain spaces.
-            let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
-            guard fields.count >= 5 else { return nil }
-            return Region(permissions: String(fields[1]), path: fields.count == 6 ? fields[5].trimmingWhitespace() : "")
+        var regions: [Region] = []
+        let bytes = Array(maps.utf8)
+        var lineStart = 0
+        while lineStart < bytes.count {
+            var lineEnd = lineStart
+            while lineEnd < bytes.count && bytes[lineEnd] != UInt8(ascii: "\n") { lineEnd += 1 }
+            var index = lineStart
+            var fieldStarts: [Int] = []
+            while index < lineEnd && fieldStarts.count < 6 {
+                while index < lineEnd && bytes[index] == UInt8(ascii: " ") { index += 1 }
+                if index < lineEnd { fieldStarts.append(index) }
+                if fieldStarts.count == 6 { break }
+                while index < lineEnd && bytes[index] != UInt8(ascii: " ") { index += 1 }
+            }
+            if fieldStarts.count >= 5 {
+                var permissionsEnd = fieldStarts[1]
+                while permissionsEnd < lineEnd && bytes[permissionsEnd] != UInt8(ascii: " ") { permissionsEnd += 1 }
+                let permissions = String(decoding: bytes[fieldStarts[1]..<permissionsEnd], as: UTF8.self)
+                let path = fieldStarts.count == 6 ? String(decoding: bytes[fieldStarts[5]..<lineEnd], as: UTF8.self) : ""
+                regions.append(Region(permissions: permissions, path: path))
+            }
+            lineStart = lineEnd + 1
         }
+        return regions
     }
 
     static func mappedFiles(_ regions: [Region]) -> Set<String> {

@@ -1,0 +1,20 @@
+import CFingerlyShims
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A forked child calls PTRACE_TRACEME and exits at once, so this process is never left
+/// traced. If the child cannot, something attached to it on its own: `strace -f`, or a debugger
+/// that follows forks. Deferred: a fork is the most expensive thing the integrity check does.
+struct PtraceSelfTestProbe: Probe {
+    let id = "ptrace-self-test"
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        guard context.host.isLiveHost else { throw ProbeFailure(.skipped, "forks this process; meaningless for a root tree") }
+        switch fingerly_traceme_selftest() {
+        case 0: context.emit("debug.traceme", "allowed")
+        case EPERM: context.emit("debug.traceme", "blocked")
+        default: context.emit("debug.traceme", "unavailable")
+        }
+    }
+}

@@ -1,0 +1,82 @@
+import Fingerly
+import FoundationEssentials
+
+/// `fingerly-identify integrity [--tiers …] [--json] [--repeat N]`: the runtime integrity
+/// verdicts alone, as an application would ask for them before a sensitive action. With
+/// `--repeat`, the check runs N times in this one process and the per-call cost is printed.
+struct IntegrityCommand {
+    static let flags: Set<String> = ["json", "help"]
+    static let options: Set<String> = ["tiers", "repeat", "fail-on", "concurrency"]
+
+    var tiers: Set<Tier> = [.fast]
+    var repeatCount: Int?
+    var concurrency = ScheduleOptions().concurrency
+    var json = false
+    var failOn: [IdentifyCommand.FailOn] = []
+
+    init(_ arguments: ParsedArguments) throws(UsageError) {
+        json = arguments.has("json")
+        if let names = arguments.list("tiers") {
+            tiers = []
+            for name in names {
+                if name == "all" { tiers.formUnion(Tier.allCases); continue }
+                guard let tier = Tier(rawValue: name) else { throw UsageError("--tiers: unknown tier '\(name)'; use fast, deferred or all") }
+                tiers.insert(tier)
+            }
+        }
+        repeatCount = try arguments.integer("repeat", in: 1...100_000)
+        if let value = try arguments.integer("concurrency", in: 1...64) { concurrency = value }
+        failOn = try IdentifyCommand.parseFailOn(arguments.list("fail-on") ?? [])
+        if let extra = arguments.positionals.first { throw UsageError("unexpected argument '\(extra)'") }
+    }
+
+    func run(_ io: CommandIO) async -> ExitCode {
+        let fingerly: Fingerly
+        do {
+            fingerly = try Fingerly.load(apiKey: nil, schedule: ScheduleOptions(concurrency: concurrency), consent: .granted)
+        } catch {
+            io.standardError("fingerly-identify: \(error)\n")
+            return .software
+        }
+        var result: IntegrityResult
+        do {
+            result = try await fingerly.checkIntegrity(tiers: tiers)
+            if let repeatCount {
+                let clock = ContinuousClock()
+                var durations: [Double] = []
+                for _ in 0..<repeatCount {
+                    let started = clock.now
+                    result = try await fingerly.checkIntegrity(tiers: tiers)
+                    let elapsed = started.duration(to: clock.now).components
+                    durations.append(Double(elapsed.seconds) * 1000 + Double(elapsed.attoseconds) / 1e15)
+                }
+                durations.sort()
+                let median = durations[durations.count / 2], p90 = durations[min(durations.count - 1, durations.count * 9 / 10)]
+                io.standardError("integrity check, \(repeatCount) repeat calls in one process: median \(format(median)) ms, "
+                    + "p90 \(format(p90)) ms, min \(format(durations[0])) ms\n")
+            }
+        } catch {
+            io.standardError("fingerly-identify: \(error)\n")
+            return .software
+        }
+        if json {
+            guard let data = try? JSONEncoder.fingerly.encode(result) else { return .software }
+            io.standardOutput(String(decoding: data, as: UTF8.self) + "\n")
+        } else {
+            var text = ""
+            for name in IntegrityResult.verdictNames {
+                guard let verdict = result.verdicts[name] else { continue }
+                text += "\(name.rawValue): \(verdict.value) (\(verdict.confidence.rawValue))\(verdict.kind.map { ", \($0)" } ?? "")\n"
+                for reason in verdict.reasons { text += "    - [\(reason.code)] \(reason.message)\n" }
+            }
+            io.standardOutput(text)
+        }
+        let matched = failOn.filter { rule in result.verdicts[rule.verdict].map { $0.value && $0.confidence >= rule.atLeast } ?? false }
+        return matched.isEmpty ? .success : .failOnMatched
+    }
+
+    private func format(_ value: Double) -> String {
+        let hundredths = Int((value * 100).rounded())
+        return "\(hundredths / 100).\(String(hundredths % 100).count == 1 ? "0" : "")\(hundredths % 100)"
+    }
+}
