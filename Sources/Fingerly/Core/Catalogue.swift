@@ -52,11 +52,6 @@ public struct ProbeCatalogue: Sendable, Codable, Hashable {
 
     public func entry(_ id: String) -> Entry? { probes.first { $0.id == id } }
 
-    /// The probe that reports a signal name.
-    public func probe(reporting signal: String) -> Entry? {
-        probes.first { entry in entry.signals.contains { $0.name == signal } }
-    }
-
     public var signalNames: Set<String> { Set(probes.flatMap { $0.signals.map(\.name) }) }
 
     /// Signal name -> the id of the probe that reports it.
@@ -100,9 +95,4 @@ struct DetectionTables: Sendable, Codable {
             fatalError("the embedded detection tables do not decode: \(error)")
         }
     }()
-
-    func dmiKind(for text: String) -> String? {
-        let lowered = text.lowercased()
-        return dmiVendors.first { lowered.contains($0.pattern.lowercased()) }?.kind
-    }
 }
