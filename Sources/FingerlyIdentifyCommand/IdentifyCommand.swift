@@ -29,15 +29,7 @@ struct IdentifyCommand {
     init(_ arguments: ParsedArguments, environment: [String: String]) throws(UsageError) {
         noSubmit = arguments.has("no-submit")
         json = arguments.has("json")
-        if let names = arguments.list("tiers") {
-            tiers = []
-            for name in names {
-                if name == "all" { tiers.formUnion(Tier.allCases); continue }
-                guard let tier = Tier(rawValue: name) else { throw UsageError("--tiers: unknown tier '\(name)'; use fast, deferred or all") }
-                tiers.insert(tier)
-            }
-            if tiers.isEmpty { throw UsageError("--tiers needs at least one tier") }
-        }
+        if let names = arguments.list("tiers") { tiers = try Self.parseTiers(names) }
         schedule.tiers = tiers
         if let budget = try arguments.integer("budget-ms", in: 1...600_000) { schedule.budgetMs = budget }
         if let concurrency = try arguments.integer("concurrency", in: 1...64) { schedule.concurrency = concurrency }
@@ -55,6 +47,17 @@ struct IdentifyCommand {
         if !arguments.positionals.isEmpty {
             throw UsageError("unexpected argument '\(arguments.positionals[0])'")
         }
+    }
+
+    static func parseTiers(_ names: [String]) throws(UsageError) -> Set<Tier> {
+        var tiers: Set<Tier> = []
+        for name in names {
+            if name == "all" { tiers.formUnion(Tier.allCases); continue }
+            guard let tier = Tier(rawValue: name) else { throw UsageError("--tiers: unknown tier '\(name)'; use fast, deferred or all") }
+            tiers.insert(tier)
+        }
+        if tiers.isEmpty { throw UsageError("--tiers needs at least one tier") }
+        return tiers
     }
 
     static func parseFailOn(_ specs: [String]) throws(UsageError) -> [FailOn] {

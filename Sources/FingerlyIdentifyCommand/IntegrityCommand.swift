@@ -16,14 +16,7 @@ struct IntegrityCommand {
 
     init(_ arguments: ParsedArguments) throws(UsageError) {
         json = arguments.has("json")
-        if let names = arguments.list("tiers") {
-            tiers = []
-            for name in names {
-                if name == "all" { tiers.formUnion(Tier.allCases); continue }
-                guard let tier = Tier(rawValue: name) else { throw UsageError("--tiers: unknown tier '\(name)'; use fast, deferred or all") }
-                tiers.insert(tier)
-            }
-        }
+        if let names = arguments.list("tiers") { tiers = try IdentifyCommand.parseTiers(names) }
         repeatCount = try arguments.integer("repeat", in: 1...100_000)
         if let value = try arguments.integer("concurrency", in: 1...64) { concurrency = value }
         failOn = try IdentifyCommand.parseFailOn(arguments.list("fail-on") ?? [])

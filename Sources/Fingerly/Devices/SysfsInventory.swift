@@ -1,3 +1,17 @@
+/// udev's database: one file per device under /run/udev/data, "E:KEY=value" lines for properties.
+enum UdevDatabase {
+    static func properties(of id: String, on host: HostFileSystem) -> [String: String] {
+        guard let text = try? host.readText("/run/udev/data/" + id, limit: 64 * 1024) else { return [:] }
+        var properties: [String: String] = [:]
+        for line in text.split(separator: "\n") where line.hasPrefix("E:") {
+            let entry = line.dropFirst(2)
+            guard let equals = entry.firstIndex(of: "=") else { continue }
+            properties[String(entry[..<equals])] = String(entry[entry.index(after: equals)...])
+        }
+        return properties
+    }
+}
+
 /// Walks sysfs through the host layer, so a root tree (a fixture, a container's root filesystem
 /// or an image with a saved /sys) is enumerated the way libudev enumerates the live host.
 struct SysfsInventory: DeviceInventory {
@@ -67,14 +81,7 @@ struct SysfsInventory: DeviceInventory {
         } else {
             id = "+" + subsystem + ":" + sysname
         }
-        guard let text = try? host.readText("/run/udev/data/" + id, limit: 64 * 1024) else { return [:] }
-        var database: [String: String] = [:]
-        for line in text.split(separator: "\n") where line.hasPrefix("E:") {
-            let entry = line.dropFirst(2)
-            guard let equals = entry.firstIndex(of: "=") else { continue }
-            database[String(entry[..<equals])] = String(entry[entry.index(after: equals)...])
-        }
-        return database
+        return UdevDatabase.properties(of: id, on: host)
     }
 
     private func ancestors(of path: String) -> [DeviceAncestor] {

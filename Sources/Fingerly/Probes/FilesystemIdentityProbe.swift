@@ -88,13 +88,7 @@ struct FilesystemIdentityProbe: Probe {
     }
 
     static func udevDatabase(_ host: HostFileSystem, _ id: String) -> [String: String] {
-        guard let text = try? host.readText("/run/udev/data/" + id, limit: 64 * 1024) else { return [:] }
-        var values: [String: String] = [:]
-        for line in text.split(separator: "\n") where line.hasPrefix("E:") {
-            let entry = line.dropFirst(2)
-            if let equals = entry.firstIndex(of: "=") { values[String(entry[..<equals])] = String(entry[entry.index(after: equals)...]) }
-        }
-        return values
+        UdevDatabase.properties(of: id, on: host)
     }
 
     static func diskDatabase(_ host: HostFileSystem, sysfs: SysfsInventory, disk: String) -> [String: String] {
