@@ -7,7 +7,12 @@ struct IdentifierHasher: Sendable {
     private let key: [UInt8]
     /// Fetched once: OpenSSL 3 otherwise looks the digest up in its provider tables on every call.
     /// Immutable after the fetch and thread-safe to use.
-    nonisolated(unsafe) private static let sha256: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)
+    nonisolated(unsafe) private static let sha256: OpaquePointer? = {
+        // HMAC-SHA256 needs nothing from the system's openssl.cnf; parsing it was most of the
+        // cost of starting libcrypto.
+        OPENSSL_init_crypto(UInt64(OPENSSL_INIT_NO_LOAD_CONFIG), nil)
+        return EVP_MD_fetch(nil, "SHA256", nil)
+    }()
 
     /// The key used when no API key was given (a `--no-submit` run): stable on this host,
     /// but never equal to what any organisation receives.
