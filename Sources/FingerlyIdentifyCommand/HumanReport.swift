@@ -46,7 +46,7 @@ struct HumanReport {
             let status = probe.status == .ok ? probe.status.rawValue : paint(probe.status.rawValue, "33")
             var line = "  " + padded(probe.id, 24) + padded(probe.tier.rawValue, 10) + padded(status, 10)
                 + padded(format(probe.durationMs), 10) + "\(probe.signals.count) signal\(probe.signals.count == 1 ? "" : "s")"
-            if let detail = probe.detail, probe.status != .ok { line += " — \(detail)" }
+            if let detail = probe.detail { line += " — \(detail)" }
             lines.append(line)
             for issue in probe.issues where probe.status == .ok {
                 lines.append("      ? \(issue.path): \(issue.status.rawValue) (\(issue.detail))")
