@@ -94,6 +94,17 @@ import Testing
         #expect(verdicts["debugger"]?["value"] as? Bool == false, "the override replaces the default rules")
     }
 
+    @Test func anInstalledCopyNeedsNothingFromTheBuildTree() throws {
+        // Policy, catalogue and tables are compiled in: a copy far from the sources still runs.
+        let directory = try TestPaths.temporaryDirectory("installed")
+        let installed = directory + "/fingerly-identify"
+        try FileManager.default.copyItem(atPath: TestPaths.cli, toPath: installed)
+        let run = try runProcess(installed, ["--no-submit", "--json", "--tiers", "fast", "--root", TestPaths.fixture("kvm-qemu")])
+        #expect(run.status == 0, "\(run.standardError)")
+        #expect(try run.json()["policy"] as? String == "default")
+        #expect(try runProcess(installed, ["probes"]).standardOutput.contains("machine-identity  [fast"))
+    }
+
     @Test func withoutNoSubmitItSaysSubmissionIsNotAvailableAndSendsNothing() throws {
         let run = try runCLI(["--root", TestPaths.fixture("laptop-baremetal")])
         #expect(run.status == 69)
