@@ -70,12 +70,12 @@ let hostExpectations: [HostExpectation] = [
                    .mitm: (true, .medium, nil, ["node_tls_verification_disabled", "trust_store_override"])]),
     HostExpectation(
         fixture: "hyperv",
-        signals: ["cpu.hypervisor_kind": .string("hyper-v"), "dmi.sys_vendor": .string("Microsoft Corporation"),
+        signals: ["cpu.hypervisor_kind": .string("hyperv"), "dmi.sys_vendor": .string("Microsoft Corporation"),
                   "machine.dmi_product_uuid_state": .string("placeholder"),
                   "loader.preload_file_entries": .strings(["/usr/local/lib/libprocesshider.so"])],
         absentSignals: ["machine.dmi_product_uuid", "machine.dbus_machine_id"],
         statuses: [:],
-        verdicts: [.virtualization: (true, .high, "hyper-v", ["cpuid_hypervisor_vendor", "cpuid_hypervisor_bit", "cpuinfo_hypervisor_flag"]),
+        verdicts: [.virtualization: (true, .high, "hyperv", ["cpuid_hypervisor_vendor", "cpuid_hypervisor_bit", "cpuinfo_hypervisor_flag"]),
                    .tampering: (true, .high, nil, ["ld_so_preload"]), .farm: (true, .low, nil, ["dmi_uuid_placeholder"])]),
     HostExpectation(
         fixture: "firecracker",
@@ -90,7 +90,7 @@ let hostExpectations: [HostExpectation] = [
                   "machine.dmi_product_uuid_state": .string("placeholder"), "cpu.hypervisor_flag": .bool(false)],
         absentSignals: ["cpu.hypervisor_bit"],
         statuses: ["cpuid": .skipped],
-        verdicts: [.container: (true, .high, "docker", ["container_marker_file"]), .virtualization: (false, .medium, nil, [])]),
+        verdicts: [.container: (true, .high, "docker", ["container_marker_file", "cgroup_names_manager"]), .virtualization: (false, .medium, nil, [])]),
     HostExpectation(
         fixture: "podman",
         signals: ["os.id": .string("rhel"), "container.markers": .strings(["/run/.containerenv"]), "container.marker_kind": .string("podman")],
@@ -102,7 +102,7 @@ let hostExpectations: [HostExpectation] = [
         signals: ["os.kernel_release": .string("5.15.153.1-microsoft-standard-WSL2"), "cpu.hypervisor_flag": .bool(true)],
         absentSignals: [],
         statuses: ["cpuid": .skipped],
-        verdicts: [.container: (true, .high, "wsl2", ["wsl_kernel", "wsl1_kernel"]),
+        verdicts: [.container: (true, .high, "wsl2", ["wsl_kernel", "wsl1_kernel", "wsl_environment"]),
                    .virtualization: (true, .medium, nil, ["cpuinfo_hypervisor_flag"])]),
 ]
 

@@ -68,6 +68,21 @@ struct DetectionTables: Sendable, Codable {
         /// Matched case-insensitively as a substring.
         let pattern: String
         let kind: String
+        /// The cloud a DMI vendor string names, when it does.
+        var cloud: String? = nil
+    }
+
+    struct HypervisorMarkers: Sendable, Codable {
+        /// /proc/sysinfo substrings (s390).
+        let sysinfo: [VendorPattern]
+        /// /proc/cpuinfo substrings (POWER, Lx86).
+        let cpuinfo: [VendorPattern]
+        /// ACPI table OEM id -> hypervisor.
+        let acpiOemIds: [String: String]
+        /// Clocksource name prefixes.
+        let clocksources: [VendorPattern]
+        /// Guest driver modules in /sys/module.
+        let guestDrivers: [VendorPattern]
     }
 
     let cpuidHypervisorVendors: [String: String]
@@ -79,6 +94,11 @@ struct DetectionTables: Sendable, Codable {
     let systemTrustPaths: [String]
     let debuggerProcesses: [String]
     let containerMarkers: [VendorPattern]
+    /// DMI product names that say "bare metal" although the vendor is a cloud (EC2 .metal).
+    let bareMetalProductSuffixes: [String]
+    let hypervisorMarkers: HypervisorMarkers
+    /// Substrings of /proc/*/cgroup paths and the container manager they belong to.
+    let cgroupMarkers: [VendorPattern]
     /// Substrings of mapped file paths, with the tool they belong to ("valgrind", "frida", "rr"…).
     let mappingMarkers: [VendorPattern]
     /// Port -> the instrumentation server that listens there by default.

@@ -27,6 +27,8 @@ public struct IdentifyResult: Sendable, Codable {
     /// `verdict:code` for every rule that fired.
     public let triggers: [String]
     public let verdicts: [VerdictName: Verdict]
+    /// Facts about where the host runs that are not verdicts.
+    public let environment: HostEnvironment
     public let policy: String
     public let report: SignalReport
 
@@ -49,6 +51,17 @@ public struct IdentifyResult: Sendable, Codable {
             requestId: UUID().uuidString.lowercased(), visitorId: nil, visitorIsNew: nil, visitorConfidence: nil,
             identifiable: report.identity.hardwareId != nil || report.identity.instanceId != nil,
             duplicate: nil, state: .collected, suspectScore: suspectScore, suspectLevel: level,
-            triggers: triggers, verdicts: verdicts, policy: policy.name, report: report)
+            triggers: triggers, verdicts: verdicts,
+            environment: HostEnvironment(cloud: report.signals["dmi.cloud"]?.description,
+                                         xenDom0: report.signals["virt.xen_dom0"] == .bool(true)),
+            policy: policy.name, report: report)
     }
+}
+
+/// Where the host runs, beside the verdicts.
+public struct HostEnvironment: Sendable, Codable, Hashable {
+    /// aws, google, alibaba, rhev…, from firmware strings; also set on a cloud's bare metal.
+    public let cloud: String?
+    /// A Xen dom0 is the hypervisor's control domain: a host, not a guest.
+    public let xenDom0: Bool
 }

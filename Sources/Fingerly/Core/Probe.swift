@@ -36,6 +36,8 @@ enum ProbeRegistry {
         LoaderEnvironmentProbe(),
         ProxyEnvironmentProbe(),
         ContainerMarkersProbe(),
+        HypervisorMarkersProbe(),
+        ContainerRuntimeProbe(),
         ASLRProbe(),
         BreakpointsProbe(),
         SymbolInterpositionProbe(),

@@ -17,12 +17,19 @@ struct CPUIDProbe: Probe {
     func collect(into context: ProbeContext) throws(ProbeFailure) {
         let observation = context.host.isLiveHost ? try Self.liveObservation() : try Self.replayed(from: context.host)
         if let bit = observation.hypervisorBit { context.emit("cpu.hypervisor_bit", bit) }
-        if let vendor = observation.vendor, !vendor.isEmpty {
+        if let vendor = observation.vendor.map(Self.normalised), !vendor.isEmpty {
             context.emit("cpu.hypervisor_vendor", vendor)
             if let kind = context.tables.cpuidHypervisorVendors[vendor] {
                 context.emit("cpu.hypervisor_kind", kind)
             }
         }
+    }
+
+    /// Recorded vendor strings may come quoted ('KVMKVMKVM') or as a capture's placeholder
+    /// ("?", "@"): only letters, digits and inner spaces name a hypervisor.
+    static func normalised(_ vendor: String) -> String {
+        let trimmed = vendor.trimmingWhitespace().trimmingCharacters(in: "'\"")
+        return trimmed.contains(where: { $0.isLetter || $0.isNumber }) ? trimmed : ""
     }
 
     static func liveObservation() throws(ProbeFailure) -> Observation {

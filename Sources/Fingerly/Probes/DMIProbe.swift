@@ -34,11 +34,14 @@ struct DMIProbe: Probe {
             context.contribute(.hardware, "dmi-model", raw: vendorTexts.joined(separator: "|"), worldReadable: true, signal: "dmi.product_name")
         }
         // The first table row that any vendor string matches wins, so the table's order ranks vendors.
+        let product = context.signals["dmi.product_name"]?.description ?? ""
+        let bareMetal = context.tables.bareMetalProductSuffixes.contains { product.hasSuffix($0) }
         for row in context.tables.dmiVendors {
-            if vendorTexts.contains(where: { $0.lowercased().contains(row.pattern.lowercased()) }) {
-                context.emit("dmi.virtualization_kind", row.kind)
-                break
-            }
+            guard vendorTexts.contains(where: { $0.lowercased().contains(row.pattern.lowercased()) }) else { continue }
+            // A cloud's bare-metal instance carries the cloud's strings but runs no hypervisor.
+            if !bareMetal { context.emit("dmi.virtualization_kind", row.kind) }
+            if let cloud = row.cloud { context.emit("dmi.cloud", cloud) }
+            break
         }
         if context.signals.isEmpty, context.issues.allSatisfy({ $0.status == .absent }) {
             throw ProbeFailure(.absent, "\(Self.directory) is not there: this machine exposes no DMI/SMBIOS")

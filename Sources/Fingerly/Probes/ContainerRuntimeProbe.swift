@@ -1,0 +1,54 @@
+/// How this process is confined, beyond marker files: cgroup paths, pid 1's `container=`
+/// variable (often denied, even to root), an overlay root, user namespaces, WSL, flatpak, snap,
+/// OpenVZ and illumos LX branded zones.
+struct ContainerRuntimeProbe: Probe {
+    let id = "container-runtime"
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let host = context.host
+        let tables = context.tables
+        func text(_ path: String) -> String? {
+            context.attemptIfPresent { () throws(HostReadError) in try host.readText(path, limit: 256 * 1024) }
+        }
+
+        // pid 1's environment: container=lxc/oci/podman/systemd-nspawn. Denied is missing evidence, recorded.
+        if let bytes = context.attemptIfPresent({ () throws(HostReadError) in try host.read("/proc/1/environ", limit: 256 * 1024) }) {
+            for entry in bytes.split(separator: 0) where entry.starts(with: Array("container=".utf8)) {
+                context.emit("container.pid1_container_variable", String(decoding: entry.dropFirst(10), as: UTF8.self))
+            }
+        }
+
+        var cgroupKinds: [String] = []
+        for path in ["/proc/self/cgroup", "/proc/1/cgroup"] {
+            guard let cgroups = text(path) else { continue }
+            for row in tables.cgroupMarkers where cgroups.contains(row.pattern) && !cgroupKinds.contains(row.kind) {
+                cgroupKinds.append(row.kind)
+            }
+        }
+        context.emit("container.cgroup_kinds", cgroupKinds)
+
+        if let mountinfo = text("/proc/self/mountinfo"), let root = FilesystemIdentityProbe.rootMount(in: mountinfo) {
+            context.emit("container.overlay_root", ["overlay", "fuse-overlayfs", "aufs"].contains(root.type))
+        }
+        // A user namespace maps uids; the initial one maps 0 4294967295 onto itself.
+        if let map = text("/proc/self/uid_map") {
+            let fields = map.split(whereSeparator: { $0 == " " || $0 == "\n" || $0 == "\t" })
+            context.emit("container.user_namespace", !(fields.count == 3 && fields[0] == "0" && fields[1] == "0" && fields[2] == "4294967295"))
+        }
+        if let setgroups = text("/proc/self/setgroups") { context.emit("container.setgroups_denied", setgroups.contains("deny")) }
+        if let status = text("/proc/self/status"), let levels = ProcessContextProbe.field("NSpid", in: status) {
+            context.emit("container.pid_namespace", levels.split(whereSeparator: { $0 == " " || $0 == "\t" }).count > 1)
+        }
+
+        if let version = text("/proc/version") {
+            if version.contains("BrandZ virtual linux") { context.emit("container.platform_kind", "illumos-lx") }
+            else if version.contains("Microsoft") && !version.lowercased().contains("wsl2") { context.emit("container.platform_kind", "wsl") }
+        }
+        if host.exists("/proc/vz") && !host.exists("/proc/bc") { context.emit("container.platform_kind", "openvz") }
+        if host.exists("/.flatpak-info") { context.emit("container.sandbox_kind", "flatpak") }
+        if let environment = try? ProcessEnvironment.read(from: host) {
+            if environment["SNAP"] != nil && environment["SNAP_NAME"] != nil { context.emit("container.sandbox_kind", "snap") }
+            if environment["WSL_DISTRO_NAME"] != nil || environment["WSL_INTEROP"] != nil { context.emit("container.wsl_environment", true) }
+        }
+    }
+}

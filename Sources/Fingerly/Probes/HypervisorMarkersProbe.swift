@@ -1,0 +1,72 @@
+/// What a guest kernel and its firmware say about the hypervisor beyond CPUID and DMI: Xen's
+/// interfaces (telling dom0 from a guest), device-tree nodes, s390 and POWER firmware files,
+/// ACPI table OEM ids, the VM generation counter, clocksources and paravirtual buses.
+struct HypervisorMarkersProbe: Probe {
+    let id = "hypervisor-markers"
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let host = context.host
+        let tables = context.tables.hypervisorMarkers
+        func text(_ path: String) -> String? {
+            context.attemptIfPresent { () throws(HostReadError) in try host.readText(path, limit: 64 * 1024) }
+        }
+
+        // Xen: dom0 has control_d in its capabilities; a dom0 is a hypervisor host, not a guest.
+        let capabilities = text("/proc/xen/capabilities")
+        let dom0 = capabilities?.contains("control_d") == true
+        let xenInterfaces = host.exists("/proc/xen") || text("/sys/hypervisor/type")?.trimmingWhitespace() == "xen"
+            || host.exists("/sys/bus/xen/drivers")
+        context.emit("virt.xen_dom0", dom0)
+        context.emit("virt.xen_guest", xenInterfaces && !dom0)
+
+        if let compatible = text("/proc/device-tree/hypervisor/compatible"), compatible.contains("xen") {
+            context.emit("virt.devicetree_kind", "xen")
+        } else if let nodes = try? host.listDirectory("/proc/device-tree"), nodes.contains(where: { $0.hasPrefix("fw-cfg@") }) {
+            context.emit("virt.devicetree_kind", "qemu")
+        } else if let compatible = text("/proc/device-tree/compatible"), compatible.contains("linux,dummy-virt") {
+            context.emit("virt.devicetree_kind", "lkvm")
+        }
+
+        // Platform files, in order: the first that names something wins.
+        var platform: String?
+        if let sysinfo = text("/proc/sysinfo") {
+            for row in tables.sysinfo where sysinfo.contains(row.pattern) { platform = row.kind; break }
+        }
+        if platform == nil, let cpuinfo = text("/proc/cpuinfo") {
+            for row in tables.cpuinfo where cpuinfo.contains(row.pattern) { platform = row.kind; break }
+        }
+        if platform == nil, host.exists("/proc/ppc64/lparcfg") { platform = "powervm" }
+        if platform == nil, host.exists("/dev/mdesc") { platform = "ldoms" }
+        if let platform { context.emit("virt.platform_kind", platform) }
+
+        // ACPI table headers carry a 6-byte OEM id at offset 10; the tables are root-only.
+        if let names = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/sys/firmware/acpi/tables") }) {
+            var oems: [String] = []
+            for name in names where !["data", "dynamic"].contains(name) {
+                guard let header = context.attempt({ () throws(HostReadError) in try host.read("/sys/firmware/acpi/tables/" + name, limit: 36) }),
+                      header.count >= 16 else { continue }
+                let oem = String(decoding: header[10..<16], as: UTF8.self).trimmingWhitespace()
+                if !oem.isEmpty && !oems.contains(oem) { oems.append(oem) }
+            }
+            context.emit("virt.acpi_oem_ids", oems)
+            if let kind = oems.lazy.compactMap({ tables.acpiOemIds[$0] }).first { context.emit("virt.acpi_kind", kind) }
+        }
+        if let devices = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/sys/bus/acpi/devices") }) {
+            context.emit("virt.vm_generation_counter", devices.contains { $0.hasPrefix("VMGENCTR") || $0.hasPrefix("QEMUVGID") })
+        }
+
+        if let available = text("/sys/devices/system/clocksource/clocksource0/available_clocksource") {
+            let sources = available.split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init)
+            if let kind = sources.lazy.compactMap({ source in tables.clocksources.first { source.hasPrefix($0.pattern) }?.kind }).first {
+                context.emit("virt.clocksource_kind", kind)
+            }
+        }
+        let modules = (try? host.listDirectory("/sys/module")) ?? []
+        let drivers = tables.guestDrivers.filter { modules.contains($0.pattern) }
+        if !drivers.isEmpty {
+            context.emit("virt.guest_drivers", drivers.map(\.pattern))
+            context.emit("virt.guest_driver_kind", drivers[0].kind)
+        }
+        if host.exists("/sys/bus/vmbus") { context.emit("virt.bus_kind", "hyperv") }
+    }
+}

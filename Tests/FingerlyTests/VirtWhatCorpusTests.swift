@@ -1,0 +1,62 @@
+import Foundation
+import Testing
+
+/// The 32 machines of virt-what's own test suite, read from ../shared at test time: every one
+/// must give the answer its expected.json names for Fingerly.
+@Suite(.serialized) struct VirtWhatCorpusTests {
+    static let corpus = TestPaths.packageRoot + "/../shared/fixtures/virt-what"
+    static let cases: [String] = ((try? FileManager.default.contentsOfDirectory(atPath: corpus)) ?? [])
+        .filter { FileManager.default.fileExists(atPath: corpus + "/" + $0 + "/expected.json") }.sorted()
+
+    struct Answer: Equatable, CustomStringConvertible {
+        let virtualization: Bool
+        let virtualizationKind: String?
+        let container: Bool
+        let containerKind: String?
+        let cloud: String?
+        let xenDom0: Bool
+
+        var description: String {
+            "vm=\(virtualization)/\(virtualizationKind ?? "-") container=\(container)/\(containerKind ?? "-") cloud=\(cloud ?? "-") dom0=\(xenDom0)"
+        }
+    }
+
+    static func answer(fromExpected path: String) throws -> Answer {
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        let fingerly = try #require(json["fingerly"] as? [String: Any])
+        let vm = try #require(fingerly["virtualization"] as? [String: Any]), container = try #require(fingerly["container"] as? [String: Any])
+        return Answer(virtualization: vm["value"] as? Bool ?? false, virtualizationKind: vm["kind"] as? String,
+                      container: container["value"] as? Bool ?? false, containerKind: container["kind"] as? String,
+                      cloud: fingerly["cloud"] as? String, xenDom0: fingerly["xenDom0"] as? Bool ?? false)
+    }
+
+    static func answer(fromResult json: [String: Any]) throws -> Answer {
+        let verdicts = try #require(json["verdicts"] as? [String: [String: Any]])
+        let environment = try #require(json["environment"] as? [String: Any])
+        return Answer(virtualization: verdicts["virtualization"]?["value"] as? Bool ?? false,
+                      virtualizationKind: verdicts["virtualization"]?["kind"] as? String,
+                      container: verdicts["container"]?["value"] as? Bool ?? false,
+                      containerKind: verdicts["container"]?["kind"] as? String,
+                      cloud: environment["cloud"] as? String, xenDom0: environment["xenDom0"] as? Bool ?? false)
+    }
+
+    @Test(.enabled(if: !cases.isEmpty, "../shared/fixtures/virt-what is not beside this checkout"))
+    func corpusHasAllThirtyTwoMachines() {
+        #expect(Self.cases.count == 32)
+    }
+
+    @Test(.enabled(if: !cases.isEmpty, "../shared/fixtures/virt-what is not beside this checkout"), arguments: cases)
+    func machineGivesTheExpectedAnswer(_ name: String) throws {
+        let directory = Self.corpus + "/" + name
+        let expected = try Self.answer(fromExpected: directory + "/expected.json")
+        let run = try runCLI(["--no-submit", "--json", "--root", directory + "/root"])
+        #expect(run.status == 0, "\(run.standardError)")
+        let actual = try Self.answer(fromResult: try run.json())
+        #expect(actual == expected, "\(name): got \(actual), expected \(expected)")
+        // Under --root the CPUID probe replays the tree's file; it never reads the live CPU.
+        let report = try #require(try run.json()["report"] as? [String: Any])
+        let cpuid = (report["probes"] as? [[String: Any]])?.first { $0["id"] as? String == "cpuid" }
+        let hasReplay = FileManager.default.fileExists(atPath: directory + "/root/.fingerly/cpuid.json")
+        #expect(cpuid?["status"] as? String == (hasReplay ? "ok" : "skipped"))
+    }
+}
