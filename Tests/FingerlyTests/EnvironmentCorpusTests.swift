@@ -3,7 +3,7 @@ import Testing
 
 /// The 32 machines of virt-what's own test suite, read from ../shared at test time: every one
 /// must give the answer its expected.json names for Fingerly.
-@Suite(.serialized) struct VirtWhatCorpusTests {
+@Suite(.serialized) struct EnvironmentCorpusTests {
     static let corpus = TestPaths.packageRoot + "/../shared/fixtures/virt-what"
     static let cases: [String] = ((try? FileManager.default.contentsOfDirectory(atPath: corpus)) ?? [])
         .filter { FileManager.default.fileExists(atPath: corpus + "/" + $0 + "/expected.json") }.sorted()
@@ -47,7 +47,25 @@ import Testing
 
     @Test(.enabled(if: !cases.isEmpty, "../shared/fixtures/virt-what is not beside this checkout"), arguments: cases)
     func machineGivesTheExpectedAnswer(_ name: String) throws {
-        let directory = Self.corpus + "/" + name
+        try Self.check(Self.corpus + "/" + name)
+    }
+
+    static let ownCorpus = TestPaths.packageRoot + "/Tests/Fixtures/environments"
+    static let ownCases: [String] = ((try? FileManager.default.contentsOfDirectory(atPath: ownCorpus)) ?? []).sorted()
+
+    /// What the peer corpus lacks: VirtualBox, EC2 Nitro and .metal, Firecracker, QEMU TCG,
+    /// nspawn, WSL2, flatpak, and a KVM host that is not a guest.
+    @Test(arguments: ownCases)
+    func ownFixtureGivesTheExpectedAnswer(_ name: String) throws {
+        try Self.check(Self.ownCorpus + "/" + name)
+    }
+
+    @Test func ownFixturesCoverWhatTheIssueAsksFor() {
+        #expect(Set(Self.ownCases).isSuperset(of: ["virtualbox", "ec2-nitro", "ec2-metal", "firecracker", "qemu-tcg", "nspawn", "wsl2", "flatpak"]))
+    }
+
+    static func check(_ directory: String) throws {
+        let name = (directory as NSString).lastPathComponent
         let expected = try Self.answer(fromExpected: directory + "/expected.json")
         let run = try runCLI(["--no-submit", "--json", "--root", directory + "/root"])
         #expect(run.status == 0, "\(run.standardError)")
