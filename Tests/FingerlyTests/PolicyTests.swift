@@ -154,7 +154,12 @@ private func evaluate(_ policy: Policy, _ signals: [String: SignalValue], status
          "rule 2 ('r1'): field 'id': duplicate rule id"),
         (#"{"policyVersion": 1, "verdicts": {"farm": {"rules": [{"id": "r1", "when": {"signal": "os.id", "equals": "x"}, "confidence": "low", "reason": "x", "kindFrom": "nope"}]}}}"#,
          "field 'kindFrom': unknown signal 'nope'"),
-        (#"{"policyVersion": 1, "verdicts": {}, "suspect": {"weights": {"farm": -1}}}"#, "field 'farm': expected a non-negative number"),
+        (#"{"policyVersion": 1, "verdicts": {}, "suspect": {"weights": {"farm": -1}}}"#, "field 'farm': expected a number from 0 to 100"),
+        (#"{"policyVersion": 1e300, "verdicts": {}}"#, "is not supported"),
+        (#"{"policyVersion": 1, "verdicts": {}, "suspect": {"weights": {"farm": 1e300}}}"#, "expected a number from 0 to 100"),
+        (#"{"policyVersion": 1, "verdicts": {"farm": {"rules": [{"id": "r1", "when": {"signal": "process.uid", "equals": 1e300}, "confidence": "low", "reason": "x"}]}}}"#,
+         "field 'when.equals': expected a string, whole number or boolean"),
+        (#"{"policyVersion": 1, "name": "\uD800\u0041", "verdicts": {}}"#, "not valid JSON"),
     ])
     func malformedPoliciesNameFileRuleAndField(_ json: String, _ expected: String) {
         do {

@@ -23,7 +23,7 @@ enum JSONValue: Sendable, Hashable {
     var signalValue: SignalValue? {
         switch self {
         case .bool(let value): return .bool(value)
-        case .number(let value): return value.rounded() == value ? .int(Int(value)) : nil
+        case .number(let value): return Int(exactly: value).map { .int($0) }
         case .string(let value): return .string(value)
         case .array(let items):
             let strings = items.compactMap { item -> String? in if case .string(let text) = item { text } else { nil } }
@@ -164,6 +164,7 @@ struct JSONParser {
                     if (0xD800..<0xDC00).contains(code), index + 2 < bytes.count, bytes[index + 1] == UInt8(ascii: "\\"), bytes[index + 2] == UInt8(ascii: "u") {
                         index += 2
                         let low = try hex4()
+                        guard (0xDC00..<0xE000).contains(low) else { throw fail("invalid surrogate pair") }
                         code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                     }
                     guard let scalar = Unicode.Scalar(code) else { throw fail("invalid \\u escape") }

@@ -33,8 +33,8 @@ struct PolicyLoader {
         guard case .number(let version)? = top["policyVersion"] else {
             throw fail(nil, "policyVersion", "missing or not a number")
         }
-        guard Int(version) == Policy.supportedVersion else {
-            throw fail(nil, "policyVersion", "version \(Int(version)) is not supported; this collector reads version \(Policy.supportedVersion)")
+        guard Int(exactly: version) == Policy.supportedVersion else {
+            throw fail(nil, "policyVersion", "version \(Int(exactly: version).map(String.init) ?? String(version)) is not supported; this collector reads version \(Policy.supportedVersion)")
         }
         var name = "unnamed"
         if let value = top["name"] {
@@ -79,8 +79,10 @@ struct PolicyLoader {
             if case .object(let weightValues)? = fields["weights"] {
                 for (key, value) in weightValues {
                     guard let verdict = VerdictName(rawValue: key) else { throw fail("suspect.weights", key, "unknown verdict") }
-                    guard case .number(let weight) = value, weight >= 0 else { throw fail("suspect.weights", key, "expected a non-negative number") }
-                    weights[verdict] = Int(weight)
+                    guard case .number(let weight) = value, let whole = Int(exactly: weight.rounded()), whole >= 0, whole <= 100 else {
+                        throw fail("suspect.weights", key, "expected a number from 0 to 100")
+                    }
+                    weights[verdict] = whole
                 }
             } else if fields["weights"] != nil {
                 throw fail("suspect", "weights", "expected an object")
@@ -217,7 +219,7 @@ extension JSONValue {
     var isScalar: Bool {
         switch self {
         case .bool, .string: return true
-        case .number(let value): return value.rounded() == value
+        case .number(let value): return Int(exactly: value) != nil
         default: return false
         }
     }
