@@ -7,7 +7,13 @@
 #include <fcntl.h>
 #include <link.h>
 #include <string.h>
+#include <net/if.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
+#include <sys/auxv.h>
+#include <sys/ioctl.h>
 #include <sys/ptrace.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -185,8 +191,13 @@ int fingerly_compare_code_with_file(const void *address, unsigned char *memory, 
     Dl_info info;
     if (!address || !dladdr(address, &info) || !info.dli_fname || !info.dli_fbase) return -1;
     const char *file = info.dli_fname;
-    // The main program reports an empty name; /proc/self/exe is its file.
-    if (!file[0]) file = "/proc/self/exe";
+    // For the main program dladdr names argv[0], which may be a relative path or another file
+    // of the same name: the kernel's /proc/self/exe is the file really mapped.
+    Dl_info program;
+    const void *program_headers = (const void *)getauxval(AT_PHDR);
+    if (!file[0] || (program_headers && dladdr(program_headers, &program) && program.dli_fbase == info.dli_fbase)) {
+        file = "/proc/self/exe";
+    }
     copy_path(address, path, path_capacity);
     if (path_capacity && !path[0]) {
         strncpy(path, file, path_capacity - 1);
@@ -214,4 +225,25 @@ int fingerly_compare_code_with_file(const void *address, unsigned char *memory, 
 done:
     close(fd);
     return result;
+}
+
+int fingerly_permanent_mac(const char *interface, unsigned char *out) {
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct {
+        struct ethtool_perm_addr header;
+        unsigned char bytes[32];
+    } request;
+    memset(&request, 0, sizeof request);
+    request.header.cmd = ETHTOOL_GPERMADDR;
+    request.header.size = sizeof request.bytes;
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    strncpy(ifr.ifr_name, interface, IFNAMSIZ - 1);
+    ifr.ifr_data = (void *)&request;
+    int result = ioctl(fd, SIOCETHTOOL, &ifr);
+    close(fd);
+    if (result < 0 || request.header.size != 6) return -1;
+    memcpy(out, request.header.data, 6);
+    return 0;
 }

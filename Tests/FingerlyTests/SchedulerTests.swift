@@ -130,8 +130,9 @@ func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
         let entries = await offPool { Scheduler(budgetMs: 200, concurrency: 1).run(jobs, in: environment(root: root)) }
         let elapsed = monotonicMilliseconds() - started
         #expect(elapsed >= 200 && elapsed < 225, "returned after \(elapsed) ms for a 200 ms budget")
-        #expect(entries.map(\.status) == [.timeout, .skipped, .skipped])
+        #expect(entries.map(\.status) == [.timeout, .timeout, .timeout])
         #expect(entries[0].detail?.contains("budget") == true)
+        #expect(entries[1].detail?.hasPrefix("not started") == true)
     }
 
     @Test func identifyReturnsWithinBudgetPlus25MsWithABlockedProbe() async throws {

@@ -12,7 +12,11 @@ typedef struct {
 /// Runs CPUID for `leaf`/`subleaf`. Returns false on architectures without CPUID.
 bool fingerly_cpuid(uint32_t leaf, uint32_t subleaf, fingerly_cpuid_registers *out);
 
-#endif
+
+/// The burned-in MAC of a network interface (ETHTOOL_GPERMADDR), even after the address was
+/// changed or randomised. Writes 6 bytes; returns 0, or -1 when the driver does not say.
+int fingerly_permanent_mac(const char *interface, unsigned char *out);
+
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -49,3 +53,5 @@ int fingerly_symbol_origin(const char *symbol, const char *library, const void *
 /// 0 when different, -1 when the file cannot be read or the address is not in a file mapping.
 int fingerly_compare_code_with_file(const void *address, unsigned char *memory, unsigned char *disk, size_t count,
                                     char *path, size_t path_capacity);
+
+#endif

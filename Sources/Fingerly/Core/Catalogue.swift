@@ -97,6 +97,10 @@ struct DetectionTables: Sendable, Codable {
     /// DMI product names that say "bare metal" although the vendor is a cloud (EC2 .metal).
     let bareMetalProductSuffixes: [String]
     let hypervisorMarkers: HypervisorMarkers
+    /// Path fragments of plugins that programs dlopen themselves (NSS, gconv, PKCS#11…).
+    let dlopenPlugins: [String]
+    /// What well-known preloaded objects are, for the reason sentence.
+    let knownPreloads: [VendorPattern]
     /// Substrings of /proc/*/cgroup paths and the container manager they belong to.
     let cgroupMarkers: [VendorPattern]
     /// Substrings of mapped file paths, with the tool they belong to ("valgrind", "frida", "rr"…).

@@ -80,7 +80,8 @@ struct Scheduler: Sendable {
                                                        detail: "still running when the \(budgetMs) ms budget ran out; abandoned")
                 }
                 for index in pending {
-                    entries[index] = jobs[index].entry(.skipped, durationMs: 0,
+                    // timeout, not skipped: its evidence is missing and the verdicts must say so.
+                    entries[index] = jobs[index].entry(.timeout, durationMs: 0,
                                                        detail: "not started: the \(budgetMs) ms budget ran out")
                 }
                 break

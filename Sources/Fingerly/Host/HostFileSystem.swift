@@ -76,16 +76,46 @@ public struct HostFileSystem: Sendable {
     /// True when this is the machine the process runs on, not a tree inspected from outside.
     public var isLiveHost: Bool { root == "/" }
 
-    func hostPath(_ path: String) -> String {
+    /// The path to open for a host path. Under a root prefix every symbolic link on the way is
+    /// resolved inside the tree, so an absolute link in an image (/var/lib/dbus/machine-id ->
+    /// /etc/machine-id) can never reach the live host's files.
+    func hostPath(_ path: String, followFinalLink: Bool = true) -> String {
         precondition(path.hasPrefix("/"), "host paths are absolute")
-        return root == "/" ? path : root + path
+        guard root != "/" else { return path }
+        var resolved: [Substring] = []
+        var pending = path.split(separator: "/")
+        var hops = 0
+        while !pending.isEmpty {
+            let part = pending.removeFirst()
+            if part == "." { continue }
+            if part == ".." { _ = resolved.popLast(); continue }
+            let candidate = root + "/" + (resolved + [part]).joined(separator: "/")
+            if (followFinalLink || !pending.isEmpty), hops < 40, let target = Self.linkTarget(candidate) {
+                hops += 1
+                if target.hasPrefix("/") { resolved = [] }
+                pending = target.split(separator: "/") + pending
+                continue
+            }
+            resolved.append(part)
+        }
+        return root + "/" + resolved.joined(separator: "/")
+    }
+
+    private static func linkTarget(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = readlink(path, &buffer, buffer.count - 1)
+        guard length > 0 else { return nil }
+        return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Reads at most `limit` bytes of a file.
     public func read(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> [UInt8] {
         log?.record(path)
         let fd: Int32
-        switch retryingOnInterrupt({ open(hostPath(path), O_RDONLY | O_CLOEXEC) }) {
+        // Under a root prefix hostPath has resolved every link inside the tree; one still left
+        // (a loop) must fail rather than let the kernel follow it out of the tree.
+        let flags = O_RDONLY | O_CLOEXEC | (isLiveHost ? 0 : O_NOFOLLOW)
+        switch retryingOnInterrupt({ open(hostPath(path), flags) }) {
         case .success(let descriptor): fd = descriptor
         case .failure(let error): throw HostReadError(path: path, systemError: error)
         }
@@ -156,7 +186,7 @@ public struct HostFileSystem: Sendable {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let capacity = buffer.count - 1
         let result = buffer.withUnsafeMutableBufferPointer { pointer in
-            retryingOnInterrupt { readlink(hostPath(path), pointer.baseAddress!, capacity) }
+            retryingOnInterrupt { readlink(hostPath(path, followFinalLink: false), pointer.baseAddress!, capacity) }
         }
         switch result {
         case .success(let length):
@@ -169,7 +199,8 @@ public struct HostFileSystem: Sendable {
     /// Names in a directory, without "." and "..", sorted for stable output.
     public func listDirectory(_ path: String) throws(HostReadError) -> [String] {
         log?.record(path)
-        guard let directory = opendir(hostPath(path)) else {
+        let resolved = hostPath(path)
+        guard let directory = opendir(resolved) else {
             throw HostReadError(path: path, systemError: .current)
         }
         defer { closedir(directory) }
@@ -187,7 +218,7 @@ public struct HostFileSystem: Sendable {
     public func exists(_ path: String) -> Bool {
         log?.record(path)
         var info = stat()
-        return lstat(hostPath(path), &info) == 0
+        return lstat(hostPath(path, followFinalLink: false), &info) == 0
     }
 }
 

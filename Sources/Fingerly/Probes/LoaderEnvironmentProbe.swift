@@ -17,9 +17,17 @@ struct LoaderEnvironmentProbe: Probe {
                 context.emit(signal, value)
             }
             context.emit("loader.env_variables", set)
+            if let preload = environment["LD_PRELOAD"], !preload.isEmpty {
+                let objects = preload.split(whereSeparator: { $0 == " " || $0 == ":" }).map(String.init)
+                context.emit("loader.preload_description", objects.map { object in
+                    let known = context.tables.knownPreloads.first { object.contains($0.pattern) }?.kind
+                    return "\((object as String).split(separator: "/").last.map(String.init) ?? object) is \(known ?? "not a library Fingerly knows")"
+                }.joined(separator: "; "))
+            }
         }
         if context.wants("loader.preload_file_entries"),
-           let text = context.attemptIfPresent({ () throws(HostReadError) in try host.readText("/etc/ld.so.preload") }) {
+           // Raw system calls: a rootkit listed there typically hooks open() to hide the file.
+           let text = context.attemptIfPresent({ () throws(HostReadError) in try host.readTextBypassingLibc("/etc/ld.so.preload") }) {
             // ld.so(8): entries separated by white space; '#' starts a comment in glibc's parser.
             let entries = text.split(separator: "\n")
                 .map { $0.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? "" }

@@ -1,3 +1,5 @@
+import CFingerlyShims
+
 /// Network interfaces: driver, bus, virtual or not; permanent MACs hashed, with the OUI kept
 /// as a non-identifying vendor signal.
 struct NetworkInterfacesProbe: Probe {
@@ -19,13 +21,12 @@ struct NetworkInterfacesProbe: Probe {
         for interface in devices {
             let driver = interface.driver ?? interface.ancestors.first?.driver ?? "-"
             let bus = interface.bus ?? "none"
-            descriptions.append("\(interface.sysname) driver=\(driver) bus=\(bus) virtual=\(interface.isVirtual)")
-            if interface.isVirtual { virtual.append(interface.sysname); continue }
-            // addr_assign_type 0 (NET_ADDR_PERM) means the address is the burned-in one; a
-            // random or user-set address is neither stable nor the hardware's.
-            guard interface.attributes["type"] == "1", interface.attributes["addr_assign_type"] == "0",
-                  let mac = interface.attributes["address"]?.lowercased(), Self.isUniversal(mac) else { continue }
-            macs.append(interface.sysname + " " + context.hash(mac))
+            let name = Self.displayName(interface.sysname)
+            descriptions.append("\(name) driver=\(driver) bus=\(bus) virtual=\(interface.isVirtual)")
+            if interface.isVirtual { virtual.append(name); continue }
+            guard interface.attributes["type"] == "1", let mac = Self.permanentAddress(of: interface, live: context.host.isLiveHost),
+                  Self.isUniversal(mac) else { continue }
+            macs.append(name + " " + context.hash(mac))
             let oui = String(mac.prefix(8))
             if !ouis.contains(oui) { ouis.append(oui) }
             // A USB adapter comes and goes; only NICs on the machine's own buses identify it.
@@ -37,6 +38,29 @@ struct NetworkInterfacesProbe: Probe {
         context.emit("net.virtual_interfaces", virtual)
         if context.wants("net.permanent_macs") { context.emit("net.permanent_macs", macs) }
         context.emit("net.ouis", ouis.sorted())
+    }
+
+    /// The burned-in address: ethtool's permanent address on the live host (it survives a
+    /// randomised or user-set MAC), else the current one when addr_assign_type is 0 (NET_ADDR_PERM).
+    static func permanentAddress(of interface: DeviceNode, live: Bool) -> String? {
+        if live {
+            var bytes = [UInt8](repeating: 0, count: 6)
+            if fingerly_permanent_mac(interface.sysname, &bytes) == 0, bytes.contains(where: { $0 != 0 }) {
+                return bytes.map { String($0, radix: 16).leftPadded(2) }.joined(separator: ":")
+            }
+        }
+        guard interface.attributes["addr_assign_type"] == "0" else { return nil }
+        return interface.attributes["address"]?.lowercased()
+    }
+
+    /// systemd's MAC-based names (enx001122334455, wlx…) carry the raw address: report the
+    /// kind of name, never the address.
+    static func displayName(_ name: String) -> String {
+        for prefix in ["enx", "wlx", "wwx", "ibx"] where name.hasPrefix(prefix) {
+            let rest = name.dropFirst(prefix.count)
+            if rest.count == 12 && rest.allSatisfy(\.isHexDigit) { return prefix + "<mac>" }
+        }
+        return name
     }
 
     /// Universally administered unicast, and not all zeros.
