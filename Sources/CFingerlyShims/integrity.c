@@ -14,6 +14,7 @@
 #include <sys/ioctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -246,4 +247,10 @@ int fingerly_permanent_mac(const char *interface, unsigned char *out) {
     if (result < 0 || request.header.size != 6) return -1;
     memcpy(out, request.header.data, 6);
     return 0;
+}
+
+int64_t fingerly_birth_time(const char *path) {
+    struct statx info;
+    if (statx(AT_FDCWD, path, 0, STATX_BTIME, &info) != 0 || !(info.stx_mask & STATX_BTIME) || info.stx_btime.tv_sec <= 0) return -1;
+    return (int64_t)info.stx_btime.tv_sec;
 }

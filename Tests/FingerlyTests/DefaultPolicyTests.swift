@@ -69,6 +69,14 @@ import Testing
         "uinput_holder": (.automation, ["automation.uinput_holders": .strings(["ydotoold (pid 7)"])], "virtual-input"),
         "input_injector": (.automation, ["automation.input_injector_processes": .strings(["xdotool (pid 8)"])], "virtual-input"),
         "no_session": (.automation, ["process.stdin_tty": .bool(false), "automation.login_session": .bool(false), "automation.xvfb_run": .bool(true)], "virtual-display"),
+        "machine_id_shared_value": (.farm, ["machine.machine_id_shared": .bool(true)], nil),
+        "machine_id_equals_dmi_uuid": (.farm, ["machine.machine_id_equals_dmi_uuid": .bool(true)], nil),
+        "fresh_machine_id": (.farm, ["provision.machine_id_age_days": .int(0)], nil),
+        "fresh_ssh_host_keys": (.farm, ["provision.ssh_host_key_age_days": .int(1)], nil),
+        "fresh_root_filesystem": (.farm, ["provision.root_birth_age_days": .int(0)], nil),
+        "fresh_package_log": (.farm, ["provision.package_log_age_days": .int(0)], nil),
+        "cloud_init_instance": (.farm, ["provision.cloud_init": .bool(true), "machine.machine_id_shared": .bool(true)], nil),
+        "vm_generation_counter_hint": (.farm, ["virt.vm_generation_counter": .bool(true), "machine.machine_id_equals_dmi_uuid": .bool(true)], nil),
         "machine_id_not_initialised": (.farm, ["machine.machine_id_state": .string("uninitialized")], nil),
         "machine_id_malformed": (.farm, ["machine.machine_id_state": .string("malformed")], nil),
         "dmi_uuid_placeholder": (.farm, ["machine.dmi_product_uuid_state": .string("placeholder")], nil),
@@ -100,6 +108,8 @@ import Testing
         case "instrumentation_preload": [.tampering]
         // int3 in memory with no tracer is both a breakpoint and a uprobe's mark.
         case "uprobe_patched_text": [.debugger]
+        // The generation counter is a VM device as well as a clone hint.
+        case "vm_generation_counter_hint": [.virtualization]
         case "code_breakpoint": []
         default: []
         }

@@ -97,6 +97,8 @@ struct DetectionTables: Sendable, Codable {
     /// DMI product names that say "bare metal" although the vendor is a cloud (EC2 .metal).
     let bareMetalProductSuffixes: [String]
     let hypervisorMarkers: HypervisorMarkers
+    /// machine-ids that many installations share (images that ship one).
+    let sharedMachineIds: [String]
     /// Path fragments of plugins that programs dlopen themselves (NSS, gconv, PKCS#11…).
     let dlopenPlugins: [String]
     /// What well-known preloaded objects are, for the reason sentence.

@@ -38,6 +38,7 @@ enum ProbeRegistry {
         ContainerMarkersProbe(),
         HypervisorMarkersProbe(),
         ContainerRuntimeProbe(),
+        ProvisioningProbe(),
         ASLRProbe(),
         BreakpointsProbe(),
         SymbolInterpositionProbe(),

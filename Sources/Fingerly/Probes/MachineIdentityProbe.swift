@@ -18,6 +18,8 @@ struct MachineIdentityProbe: Probe {
             if state == "valid" {
                 machineId = text
                 context.emitIdentifier("machine.machine_id", raw: text)
+                // Compared here, in the clear, so only the answer leaves the probe.
+                context.emit("machine.machine_id_shared", context.tables.sharedMachineIds.contains(text))
                 context.contribute(.instance, "machine-id", raw: text, worldReadable: true, signal: "machine.machine_id")
             }
         }
@@ -34,6 +36,9 @@ struct MachineIdentityProbe: Probe {
             let state = Self.uuidState(uuid, placeholders: context.tables.placeholderUUIDs)
             context.emit("machine.dmi_product_uuid_state", state)
             if state == "valid" {
+                if let machineId {
+                    context.emit("machine.machine_id_equals_dmi_uuid", machineId == uuid.lowercased().replacing("-", with: ""))
+                }
                 context.emitIdentifier("machine.dmi_product_uuid", raw: uuid)
                 // The kernel serves product_uuid and the serials as 0400: root-only evidence.
                 context.contribute(.hardware, "dmi-uuid", raw: uuid, worldReadable: false, signal: "machine.dmi_product_uuid")
