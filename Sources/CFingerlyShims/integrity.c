@@ -182,9 +182,11 @@ int fingerly_symbol_origin(const char *symbol, const char *library, const void *
     dlclose(handle);
     if (!inside) return -1;
     *global_address = global;
+    if (global == inside) return 1;
+    // dladdr walks symbol tables: only pay for it when there is someone to name.
     copy_path(global, global_path, global_capacity);
     copy_path(inside, library_path, library_capacity);
-    return global == inside ? 1 : 0;
+    return 0;
 }
 
 int fingerly_compare_code_with_file(const void *address, unsigned char *memory, unsigned char *disk, size_t count,

@@ -57,7 +57,12 @@ struct JSONParser {
     private init(bytes: [UInt8]) { self.bytes = bytes }
 
     private mutating func skipWhitespace() {
-        while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
     }
 
     private func fail(_ message: String) -> SyntaxError { SyntaxError(offset: index, message: message) }
@@ -190,7 +195,14 @@ struct JSONParser {
 
     private mutating func number() throws(SyntaxError) -> Double {
         let start = index
-        while index < bytes.count, "+-0123456789.eE".utf8.contains(bytes[index]) { index += 1 }
+        scan: while index < bytes.count {
+            switch bytes[index] {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "e"), UInt8(ascii: "E"):
+                index += 1
+            default:
+                break scan
+            }
+        }
         guard index > start, let value = Double(String(decoding: bytes[start..<index], as: UTF8.self)) else {
             index = start
             throw fail("expected a value")
