@@ -94,16 +94,25 @@ public final class Fingerly: Sendable {
     public let endpoint: String?
     public let schedule: ScheduleOptions
     let options: CollectionOptions
-    let policy: Policy
     let hasher: IdentifierHasher
     let filter: AttributeFilter
     let logger: (any FingerlyLogHandler)?
     private let consent: Mutex<Consent>
     let probes: [any Probe]
     let catalogue: ProbeCatalogue
-    /// Built once: a repeat integrity check should only pay for its probes.
-    let engine: VerdictEngine
-    let integrityProbeIds: Set<String>
+    /// The policy, its engine and the probes the integrity verdicts need: built once, on a
+    /// thread of their own, so parsing the policy overlaps the first collection.
+    private let judgement: Prepared<Judgement>
+
+    struct Judgement: Sendable {
+        let policy: Policy
+        let engine: VerdictEngine
+        let integrityProbeIds: Set<String>
+    }
+
+    var policy: Policy { judgement.value.policy }
+    var engine: VerdictEngine { judgement.value.engine }
+    var integrityProbeIds: Set<String> { judgement.value.integrityProbeIds }
 
     /// - Parameters:
     ///   - apiKey: keys the identifier hashes and, by its prefix, picks the region. May be nil
@@ -137,15 +146,17 @@ public final class Fingerly: Sendable {
         self.endpoint = endpoint
         self.schedule = schedule
         self.options = options
-        policy = options.policy ?? Policy.embedded()
         hasher = IdentifierHasher(apiKey: apiKey)
         self.filter = filter
         self.logger = logger
         self.consent = Mutex(consent)
-        let engine = VerdictEngine(policy: policy, catalogue: catalogue)
-        let policy = policy
-        self.engine = engine
-        integrityProbeIds = Set(IntegrityResult.verdictNames.flatMap { policy.signals(of: $0) }.compactMap { engine.owners[$0] })
+        let given = options.policy
+        judgement = Prepared {
+            let policy = given ?? Policy.embedded()
+            let engine = VerdictEngine(policy: policy, catalogue: catalogue)
+            let integrity = Set(IntegrityResult.verdictNames.flatMap { policy.signals(of: $0) }.compactMap { engine.owners[$0] })
+            return Judgement(policy: policy, engine: engine, integrityProbeIds: integrity)
+        }
     }
 
     public func setConsent(_ consent: Consent) {
