@@ -121,6 +121,7 @@ public final class Fingerly: Sendable {
     public static func load(apiKey: String?, endpoint: String? = nil, schedule: ScheduleOptions = ScheduleOptions(),
                             consent: Consent = .unknown, options: CollectionOptions = CollectionOptions(),
                             logger: (any FingerlyLogHandler)? = nil) throws(FingerlyError) -> Fingerly {
+        IdentifierHasher.warmUp()
         guard schedule.budgetMs > 0 else { throw .invalidConfiguration("budgetMs must be positive, got \(schedule.budgetMs)") }
         guard schedule.defaultSourceTimeoutMs > 0 else {
             throw .invalidConfiguration("defaultSourceTimeoutMs must be positive, got \(schedule.defaultSourceTimeoutMs)")

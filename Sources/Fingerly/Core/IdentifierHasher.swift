@@ -18,6 +18,12 @@ struct IdentifierHasher: Sendable {
     /// but never equal to what any organisation receives.
     static let localKey = "fingerly-local-no-submit"
 
+    /// Starts libcrypto (a few hundred microseconds of table setup) on a thread of its own, so
+    /// the first probe that hashes does not wait for it.
+    static func warmUp() {
+        _ = startDetachedThread { _ = sha256 }
+    }
+
     init(apiKey: String?) {
         key = Array((apiKey ?? Self.localKey).utf8)
     }
