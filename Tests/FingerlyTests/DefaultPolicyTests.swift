@@ -25,6 +25,7 @@ import Testing
         "cgroup_names_manager": (.container, ["container.cgroup_kinds": .strings(["kubernetes"])], "kubernetes"),
         "user_namespace": (.container, ["container.user_namespace": .bool(true), "container.setgroups_denied": .bool(true)], "user-namespace"),
         "pid_namespace": (.container, ["container.pid_namespace": .bool(true)], "namespace"),
+        "cgroup_namespace": (.container, ["container.cgroup_namespace": .bool(true)], "namespace"),
         "overlay_root": (.container, ["container.overlay_root": .bool(true)], nil),
         "wsl_environment": (.container, ["container.wsl_environment": .bool(true)], "wsl"),
         "dmi_vendor_names_hypervisor": (.virtualization, ["dmi.virtualization_kind": .string("vmware")], "vmware"),

@@ -90,7 +90,7 @@ let hostExpectations: [HostExpectation] = [
                   "machine.dmi_product_uuid_state": .string("placeholder"), "cpu.hypervisor_flag": .bool(false)],
         absentSignals: ["cpu.hypervisor_bit"],
         statuses: ["cpuid": .skipped],
-        verdicts: [.container: (true, .high, "docker", ["container_marker_file", "cgroup_names_manager"]), .virtualization: (false, .medium, nil, [])]),
+        verdicts: [.container: (true, .high, "docker", ["container_marker_file", "cgroup_names_manager", "cgroup_namespace"]), .virtualization: (false, .medium, nil, [])]),
     HostExpectation(
         fixture: "podman",
         signals: ["os.id": .string("rhel"), "container.markers": .strings(["/run/.containerenv"]), "container.marker_kind": .string("podman")],

@@ -45,6 +45,13 @@ import Testing
 
     static let run = ["--no-submit", "--json"]
 
+    static func virtualDisplayRunning() -> Bool {
+        let pids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return pids.contains { pid in
+            pid.allSatisfy(\.isNumber) && (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.hasPrefix("Xvfb") == true
+        }
+    }
+
     @Test func plainRunIsClean() throws {
         let found = try Self.verdicts(try runCLI(Self.run))
         for name in ["debugger", "tampering", "instrumentation"] {
@@ -148,6 +155,9 @@ import Testing
     @Test(.enabled(if: installed("xvfb-run"), "xvfb-run is not installed"))
     func xvfbRunIsAutomationEvidence() throws {
         let output = try runProcess("/usr/bin/xvfb-run", ["-a", TestPaths.cli] + Self.run)
+        // xvfb-run stops its Xvfb on the way out, but not always before returning: wait, so
+        // that later live tests do not see a virtual display that belongs to this one.
+        for _ in 0..<100 where Self.virtualDisplayRunning() { usleep(50_000) }
         let automation = try #require(try Self.verdicts(output)["automation"])
         #expect(automation.value && automation.kind == "virtual-display")
         #expect(automation.codes.contains("xvfb_run"))

@@ -53,10 +53,16 @@ struct VerdictEngine {
 
             var missing: [MissingEvidence] = []
             for signal in policy.signals(of: name) {
-                guard let probe = owners[signal], let entry = statusByProbe[probe],
-                      entry.status.hidesEvidence, !missing.contains(where: { $0.probe == probe }) else { continue }
-                missing.append(MissingEvidence(probe: probe, status: entry.status,
-                                               message: "probe '\(probe)' ended \(entry.status.rawValue): \(entry.detail ?? "no detail"); its evidence is missing"))
+                guard let probe = owners[signal], let entry = statusByProbe[probe], !missing.contains(where: { $0.probe == probe }) else { continue }
+                if entry.status.hidesEvidence {
+                    missing.append(MissingEvidence(probe: probe, status: entry.status,
+                                                   message: "probe '\(probe)' ended \(entry.status.rawValue): \(entry.detail ?? "no detail"); its evidence is missing"))
+                } else if let issue = entry.issues.first(where: { $0.status.hidesEvidence }) {
+                    // The probe ran, but one of its sources was unreadable (pid 1's environ is
+                    // denied even to root in many containers): part of its evidence is missing.
+                    missing.append(MissingEvidence(probe: probe, status: issue.status,
+                                                   message: "probe '\(probe)' could not read \(issue.path) (\(issue.status.rawValue): \(issue.detail)); that evidence is missing"))
+                }
             }
 
             guard let strongest = fired.map(\.rule.confidence).max() else {

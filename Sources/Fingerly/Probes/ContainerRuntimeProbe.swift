@@ -21,6 +21,9 @@ struct ContainerRuntimeProbe: Probe {
         var cgroupKinds: [String] = []
         for path in ["/proc/self/cgroup", "/proc/1/cgroup"] {
             guard let cgroups = text(path) else { continue }
+            // In a cgroup namespace a process sees its own cgroup as the root: "0::/" for a
+            // process that is not init is what a private cgroup namespace looks like.
+            if path == "/proc/self/cgroup" { context.emit("container.cgroup_namespace", cgroups.trimmingWhitespace() == "0::/") }
             for row in tables.cgroupMarkers where cgroups.contains(row.pattern) && !cgroupKinds.contains(row.kind) {
                 cgroupKinds.append(row.kind)
             }
