@@ -14,7 +14,7 @@ let package = Package(
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
 
         // What Swift cannot call directly: inline asm (CPUID).
-        .target(name: "CFingerlyShims"),
+        .target(name: "CFingerlyShims", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
 
         .target(
             name: "Fingerly",

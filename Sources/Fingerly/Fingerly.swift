@@ -32,11 +32,14 @@ public struct CollectionOptions: Sendable {
     public var attributesToIgnore: Set<String>
     /// Verdict rules; the embedded default when nil.
     public var policy: Policy?
+    /// TLS endpoints to connect to and check against expected pins (deferred tier, opt-in).
+    public var tlsPinChecks: [TLSPinCheck]
 
-    public init(root: String = "/", attributesToIgnore: Set<String> = [], policy: Policy? = nil) {
+    public init(root: String = "/", attributesToIgnore: Set<String> = [], policy: Policy? = nil, tlsPinChecks: [TLSPinCheck] = []) {
         self.root = root
         self.attributesToIgnore = attributesToIgnore
         self.policy = policy
+        self.tlsPinChecks = tlsPinChecks
     }
 }
 
@@ -193,8 +196,9 @@ public final class Fingerly: Sendable {
     func collectBlocking(tag: String?, tiers: Set<Tier>, startedAt started: Double = monotonicMilliseconds(),
                          log: HostAccessLog? = nil, only probeIds: Set<String>? = nil) -> SignalReport {
         fingerlyCollectEntry()
-        let environment = ProbeEnvironment(host: HostFileSystem(root: options.root, log: log), tables: .embedded,
+        var environment = ProbeEnvironment(host: HostFileSystem(root: options.root, log: log), tables: .embedded,
                                            filter: filter, hasher: hasher)
+        environment.pinChecks = options.tlsPinChecks
         var jobs: [ScheduledProbe] = []
         var ignored: [ProbeEntry] = []
         for probe in probes {

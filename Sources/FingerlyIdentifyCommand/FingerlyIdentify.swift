@@ -30,6 +30,9 @@ public enum FingerlyIdentify {
                                    neither read nor reported.
           --fail-on LIST           VERDICT[:CONFIDENCE],… : exit 3 when a named verdict is true at or
                                    above that confidence (default low). Verdicts: \(VerdictName.allCases.map(\.rawValue).joined(separator: ", ")).
+          --check-tls HOST:PORT,…  Connect (through the environment's proxy) and compare the presented
+                                   chain with the --pin values: a mismatch is a mitm verdict.
+          --pin PIN,…              Expected SPKI SHA-256, base64, optionally prefixed sha256/.
           --api-key KEY            Keys the identifier hashes (default: $FINGERLY_API_KEY, else a local key).
           --version                Print the version.
           --help                   Print this help.

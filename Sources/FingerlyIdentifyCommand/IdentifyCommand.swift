@@ -8,7 +8,7 @@ import FoundationEssentials
 struct IdentifyCommand {
     static let flags: Set<String> = ["no-submit", "json", "help", "version"]
     static let options: Set<String> = ["tiers", "budget-ms", "concurrency", "tag", "root", "policy", "ignore",
-                                       "fail-on", "api-key", "timeout-ms", "probe-timeout-ms"]
+                                       "fail-on", "api-key", "timeout-ms", "probe-timeout-ms", "check-tls", "pin"]
 
     struct FailOn: Equatable {
         let verdict: VerdictName
@@ -25,6 +25,7 @@ struct IdentifyCommand {
     var ignore: Set<String> = []
     var failOn: [FailOn] = []
     var apiKey: String?
+    var pinChecks: [TLSPinCheck] = []
 
     init(_ arguments: ParsedArguments, environment: [String: String]) throws(UsageError) {
         noSubmit = arguments.has("no-submit")
@@ -44,6 +45,16 @@ struct IdentifyCommand {
         ignore = Set(arguments.list("ignore") ?? [])
         failOn = try Self.parseFailOn(arguments.list("fail-on") ?? [])
         apiKey = arguments["api-key"] ?? environment["FINGERLY_API_KEY"]
+        let pins = arguments.list("pin") ?? []
+        for target in arguments.list("check-tls") ?? [] {
+            guard let colon = target.lastIndex(of: ":"), let port = Int(target[target.index(after: colon)...]),
+                  (1...65535).contains(port), colon != target.startIndex else {
+                throw UsageError("--check-tls: '\(target)' is not HOST:PORT")
+            }
+            guard !pins.isEmpty else { throw UsageError("--check-tls needs --pin sha256/BASE64 (the expected SPKI hash)") }
+            pinChecks.append(TLSPinCheck(host: String(target[..<colon]), port: port, pins: pins))
+        }
+        if !pins.isEmpty && pinChecks.isEmpty { throw UsageError("--pin goes with --check-tls HOST:PORT") }
         if !arguments.positionals.isEmpty {
             throw UsageError("unexpected argument '\(arguments.positionals[0])'")
         }
@@ -97,7 +108,8 @@ struct IdentifyCommand {
         do {
             // Running the command is the operator's consent to read this host.
             fingerly = try Fingerly.load(apiKey: apiKey, schedule: schedule, consent: .granted,
-                                         options: CollectionOptions(root: root, attributesToIgnore: ignore, policy: policy))
+                                         options: CollectionOptions(root: root, attributesToIgnore: ignore, policy: policy,
+                                                                     tlsPinChecks: pinChecks))
         } catch {
             io.standardError("fingerly-identify: \(error)\n")
             return .usage

@@ -58,4 +58,21 @@ int fingerly_compare_code_with_file(const void *address, unsigned char *memory, 
 /// keeps none. statx is only declared under _GNU_SOURCE, which Swift's Glibc module does not set.
 int64_t fingerly_birth_time(const char *path);
 
+/// The SHA-256 fingerprint (hex) of every certificate in PEM text, one a line, without parsing them.
+size_t fingerly_certificate_fingerprints(const char *pem, size_t length, char *buffer, size_t capacity);
+
+/// Scans trusted certificates in PEM text against the packaged fingerprints (newline-separated
+/// hex): "L\t" + a description line for each certificate not shipped, "I\t<fingerprint>" when
+/// such a certificate copies a shipped one's subject with another key, and "P\t<count>" of the
+/// shipped ones. Shipped certificates are hashed, not parsed.
+size_t fingerly_scan_trusted_certificates(const char *pem, size_t length, const char *packaged_fingerprints,
+                                          char *buffer, size_t capacity);
+
+/// Opens TLS to host:port (through an HTTP CONNECT proxy when proxy_host is given) without
+/// verifying, and describes the presented chain: one line per certificate,
+/// "sha256-fingerprint\tSPKI-sha256-base64\tsubject\tissuer" (RFC 2253 names).
+/// Returns 0, -1 when no connection, -2 when the proxy refused, -3 when the handshake failed.
+int fingerly_tls_peer_chain(const char *host, const char *port, const char *proxy_host, const char *proxy_port,
+                            int timeout_ms, char *buffer, size_t capacity);
+
 #endif

@@ -97,6 +97,15 @@ struct DetectionTables: Sendable, Codable {
     /// DMI product names that say "bare metal" although the vendor is a cloud (EC2 .metal).
     let bareMetalProductSuffixes: [String]
     let hypervisorMarkers: HypervisorMarkers
+    struct InterceptionCA: Sendable, Codable {
+        /// Matched case-insensitively in the subject or issuer.
+        let pattern: String
+        let product: String
+        /// "interception tool" or "corporate TLS inspection": users treat them differently.
+        let category: String
+    }
+
+    let interceptionCAs: [InterceptionCA]
     /// machine-ids that many installations share (images that ship one).
     let sharedMachineIds: [String]
     /// Path fragments of plugins that programs dlopen themselves (NSS, gconv, PKCS#11…).

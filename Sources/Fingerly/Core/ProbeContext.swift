@@ -3,6 +3,8 @@
 final class ProbeContext {
     let host: HostFileSystem
     let tables: DetectionTables
+    /// TLS endpoints the caller asked to check (--check-tls).
+    let pinChecks: [TLSPinCheck]
     private let filter: AttributeFilter
     private let hasher: IdentifierHasher
     private(set) var signals: [String: SignalValue] = [:]
@@ -11,9 +13,11 @@ final class ProbeContext {
     private(set) var notes: [String] = []
     private(set) var components: [IdentityComponent] = []
 
-    init(host: HostFileSystem, tables: DetectionTables, filter: AttributeFilter, hasher: IdentifierHasher) {
+    init(host: HostFileSystem, tables: DetectionTables, filter: AttributeFilter, hasher: IdentifierHasher,
+         pinChecks: [TLSPinCheck] = []) {
         self.host = host
         self.tables = tables
+        self.pinChecks = pinChecks
         self.filter = filter
         self.hasher = hasher
     }

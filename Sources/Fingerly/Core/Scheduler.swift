@@ -14,6 +14,7 @@ struct ProbeEnvironment: Sendable {
     let tables: DetectionTables
     let filter: AttributeFilter
     let hasher: IdentifierHasher
+    var pinChecks: [TLSPinCheck] = []
 }
 
 /// Runs probes concurrently under a hard wall-clock budget.
@@ -92,7 +93,7 @@ struct Scheduler: Sendable {
 
     private static func execute(_ job: ScheduledProbe, in environment: ProbeEnvironment, startedAt: Double) -> ProbeEntry {
         let context = ProbeContext(host: environment.host, tables: environment.tables,
-                                   filter: environment.filter, hasher: environment.hasher)
+                                   filter: environment.filter, hasher: environment.hasher, pinChecks: environment.pinChecks)
         var status: ProbeStatus
         var detail: String?
         do {

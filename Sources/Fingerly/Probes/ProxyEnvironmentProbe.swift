@@ -31,6 +31,7 @@ struct ProxyEnvironmentProbe: Probe {
             if !context.tables.systemTrustPaths.contains(Self.normalised(value)) { overrides.append(name) }
         }
         context.emit("tls.env_trust_overrides", overrides)
+        if let keylog = environment["SSLKEYLOGFILE"], !keylog.isEmpty { context.emit("tls.env.sslkeylogfile", keylog) }
         if let reject = environment["NODE_TLS_REJECT_UNAUTHORIZED"] {
             context.emit("tls.env.node_tls_reject_unauthorized", reject)
             context.emit("tls.env_verification_disabled", reject == "0")
