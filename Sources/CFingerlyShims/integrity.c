@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "fingerly_shims.h"
+#include "text_buffer.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -103,23 +104,10 @@ const void *fingerly_shim_entry(void) {
     return (const void *)&fingerly_raw_read_file;
 }
 
-struct object_listing {
-    char *buffer;
-    size_t capacity;
-    size_t length;
-};
-
-static void append(struct object_listing *listing, const char *text) {
-    size_t length = strlen(text);
-    if (listing->length + length >= listing->capacity) length = listing->capacity - listing->length - 1;
-    memcpy(listing->buffer + listing->length, text, length);
-    listing->length += length;
-    listing->buffer[listing->length] = 0;
-}
 
 static int list_object(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size;
-    struct object_listing *listing = data;
+    struct text_out *listing = data;
     const ElfW(Dyn) *dynamic = NULL;
     for (int index = 0; index < info->dlpi_phnum; index++) {
         if (info->dlpi_phdr[index].p_type == PT_DYNAMIC) {
@@ -140,16 +128,16 @@ static int list_object(struct dl_phdr_info *info, size_t size, void *data) {
             if (entry->d_tag == DT_SONAME) soname = strings + entry->d_un.d_val;
         }
     }
-    append(listing, "O\t");
-    append(listing, info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "[main]");
-    append(listing, "\t");
-    append(listing, soname);
-    append(listing, "\n");
+    put(listing, "O\t");
+    put(listing, info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "[main]");
+    put(listing, "\t");
+    put(listing, soname);
+    put(listing, "\n");
     for (const ElfW(Dyn) *entry = dynamic; dynamic && strings && entry->d_tag != DT_NULL; entry++) {
         if (entry->d_tag == DT_NEEDED) {
-            append(listing, "N\t");
-            append(listing, strings + entry->d_un.d_val);
-            append(listing, "\n");
+            put(listing, "N\t");
+            put(listing, strings + entry->d_un.d_val);
+            put(listing, "\n");
         }
     }
     return 0;
@@ -157,7 +145,7 @@ static int list_object(struct dl_phdr_info *info, size_t size, void *data) {
 
 size_t fingerly_loaded_objects(char *buffer, size_t capacity) {
     if (capacity == 0) return 0;
-    struct object_listing listing = {buffer, capacity, 0};
+    struct text_out listing = {buffer, capacity, 0};
     buffer[0] = 0;
     dl_iterate_phdr(list_object, &listing);
     return listing.length;

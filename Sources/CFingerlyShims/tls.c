@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "fingerly_shims.h"
+#include "text_buffer.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -15,19 +16,6 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-struct text_out {
-    char *buffer;
-    size_t capacity;
-    size_t length;
-};
-
-static void put(struct text_out *out, const char *text) {
-    size_t length = strlen(text);
-    if (out->capacity == 0 || out->length + length >= out->capacity) return;
-    memcpy(out->buffer + out->length, text, length);
-    out->length += length;
-    out->buffer[out->length] = 0;
-}
 
 static void hex(const unsigned char *bytes, unsigned int count, char *out) {
     static const char digits[] = "0123456789abcdef";
