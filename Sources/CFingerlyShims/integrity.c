@@ -35,25 +35,6 @@ int fingerly_traceme_selftest(void) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-static long raw_syscall3(long number, long a, long b, long c) {
-#if defined(__x86_64__)
-    long result;
-    __asm__ volatile("syscall" : "=a"(result) : "a"(number), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
-    return result;
-#elif defined(__aarch64__)
-    register long x8 __asm__("x8") = number;
-    register long x0 __asm__("x0") = a;
-    register long x1 __asm__("x1") = b;
-    register long x2 __asm__("x2") = c;
-    __asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
-    return x0;
-#else
-    errno = 0;
-    long result = syscall(number, a, b, c);
-    return result < 0 ? -errno : result;
-#endif
-}
-
 static long raw_syscall4(long number, long a, long b, long c, long d) {
 #if defined(__x86_64__)
     long result;
@@ -73,6 +54,11 @@ static long raw_syscall4(long number, long a, long b, long c, long d) {
     long result = syscall(number, a, b, c, d);
     return result < 0 ? -errno : result;
 #endif
+}
+
+/// Three-argument calls pass a zero fourth register, which the kernel ignores.
+static long raw_syscall3(long number, long a, long b, long c) {
+    return raw_syscall4(number, a, b, c, 0);
 }
 
 ssize_t fingerly_raw_read_file(const char *path, char *buffer, size_t capacity) {

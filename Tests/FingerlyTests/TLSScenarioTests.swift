@@ -33,6 +33,15 @@ import Testing
                               environment: environment, removing: environment == nil ? proxyVariables : [])
     }
 
+    /// The mitm verdict after `ca` is installed the Debian way: copied into the local directory,
+    /// then update-ca-certificates, inside the private store.
+    static func mitmAfterInstalling(_ ca: String, as name: String) throws -> IntegrityScenarioTests.Verdict {
+        try #require(try verdicts(try runInPrivateStore("""
+            cp "\(ca)" /usr/local/share/ca-certificates/\(name).crt
+            update-ca-certificates >/dev/null 2>&1
+            """))["mitm"])
+    }
+
     /// A self-signed CA made with openssl; returns the PEM file's path.
     static func makeCA(_ subject: String, name: String) throws -> String {
         let directory = try TestPaths.temporaryDirectory("ca")
@@ -98,10 +107,7 @@ import Testing
     @Test(.enabled(if: available, "unshare, openssl or update-ca-certificates is missing"))
     func aMitmproxyCAInstalledWithUpdateCACertificatesIsAnInterceptionTool() throws {
         let ca = try Self.makeCA("/CN=mitmproxy/O=mitmproxy", name: "mitmproxy")
-        let mitm = try #require(try Self.verdicts(try Self.runInPrivateStore("""
-            cp "\(ca)" /usr/local/share/ca-certificates/mitmproxy.crt
-            update-ca-certificates >/dev/null 2>&1
-            """))["mitm"])
+        let mitm = try Self.mitmAfterInstalling(ca, as: "mitmproxy")
         #expect(mitm.value && mitm.confidence == "high" && mitm.kind == "mitmproxy")
         #expect(mitm.codes.contains("interception_tool_ca"))
         #expect(mitm.messages.contains { $0.contains("mitmproxy (interception tool)") })
@@ -110,10 +116,7 @@ import Testing
     @Test(.enabled(if: available, "unshare, openssl or update-ca-certificates is missing"))
     func aZscalerLikeCAIsCorporateInspection() throws {
         let ca = try Self.makeCA("/C=US/O=Zscaler Inc./OU=Zscaler Inc./CN=Zscaler Root CA", name: "zscaler")
-        let mitm = try #require(try Self.verdicts(try Self.runInPrivateStore("""
-            cp "\(ca)" /usr/local/share/ca-certificates/zscaler.crt
-            update-ca-certificates >/dev/null 2>&1
-            """))["mitm"])
+        let mitm = try Self.mitmAfterInstalling(ca, as: "zscaler")
         #expect(mitm.value && mitm.kind == "Zscaler" && mitm.codes.contains("corporate_inspection_ca"))
         #expect(mitm.messages.contains { $0.contains("corporate TLS inspection") })
     }
@@ -132,10 +135,7 @@ import Testing
                    "the tools or the packaged ISRG Root X1 are missing"))
     func aCACopyingAPackagedRootsNameWithAFreshKeyIsHighConfidence() throws {
         let ca = try Self.makeCA("/C=US/O=Internet Security Research Group/CN=ISRG Root X1", name: "isrg-copy")
-        let mitm = try #require(try Self.verdicts(try Self.runInPrivateStore("""
-            cp "\(ca)" /usr/local/share/ca-certificates/isrg-copy.crt
-            update-ca-certificates >/dev/null 2>&1
-            """))["mitm"])
+        let mitm = try Self.mitmAfterInstalling(ca, as: "isrg-copy")
         #expect(mitm.value && mitm.confidence == "high" && mitm.codes.contains("impersonating_root"))
         #expect(mitm.messages.contains { $0.contains("ISRG Root X1") && $0.contains("different key") })
     }

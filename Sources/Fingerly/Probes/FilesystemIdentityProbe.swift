@@ -33,7 +33,7 @@ struct FilesystemIdentityProbe: Probe {
         let partition = String(resolved.split(separator: "/").last ?? "")
         let isPartition = host.exists(resolved + "/partition")
         let disk = isPartition ? String(resolved.split(separator: "/").dropLast().last ?? "") : partition
-        let database = Self.udevDatabase(host, "b\(root.major):\(root.minor)")
+        let database = UdevDatabase.properties(of: "b\(root.major):\(root.minor)", on: host)
 
         if context.wants("fs.root_uuid") {
             var uuid = database["ID_FS_UUID"].map { ($0, "udev-database", true) }
@@ -51,7 +51,7 @@ struct FilesystemIdentityProbe: Probe {
         }
 
         guard isPartition || !disk.isEmpty, context.wants("fs.boot_disk_ptuuid") || context.wants("fs.boot_disk_partition_uuids") else { return }
-        let diskDatabase = Self.diskDatabase(host, sysfs: sysfs, disk: disk)
+        let diskDatabase = Self.diskDatabase(host, disk: disk)
         var table: (ptuuid: String?, type: String?, partitions: [String], worldReadable: Bool)?
         if let ptuuid = diskDatabase["ID_PART_TABLE_UUID"] {
             table = (ptuuid, diskDatabase["ID_PART_TABLE_TYPE"], Self.partitionUUIDsFromDatabase(host, disk: disk), true)
@@ -87,19 +87,15 @@ struct FilesystemIdentityProbe: Probe {
         return found
     }
 
-    static func udevDatabase(_ host: HostFileSystem, _ id: String) -> [String: String] {
-        UdevDatabase.properties(of: id, on: host)
-    }
-
-    static func diskDatabase(_ host: HostFileSystem, sysfs: SysfsInventory, disk: String) -> [String: String] {
+    static func diskDatabase(_ host: HostFileSystem, disk: String) -> [String: String] {
         guard let dev = try? host.readAttribute("/sys/class/block/\(disk)/dev") else { return [:] }
-        return udevDatabase(host, "b" + dev)
+        return UdevDatabase.properties(of: "b" + dev, on: host)
     }
 
     static func partitionUUIDsFromDatabase(_ host: HostFileSystem, disk: String) -> [String] {
         let entries = (try? host.listDirectory("/sys/class/block/\(disk)")) ?? []
         return entries.filter { $0.hasPrefix(disk) }.compactMap { partition in
-            (try? host.readAttribute("/sys/class/block/\(disk)/\(partition)/dev")).flatMap { udevDatabase(host, "b" + $0)["ID_PART_ENTRY_UUID"] }
+            (try? host.readAttribute("/sys/class/block/\(disk)/\(partition)/dev")).flatMap { UdevDatabase.properties(of: "b" + $0, on: host)["ID_PART_ENTRY_UUID"] }
         }
     }
 

@@ -1,6 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import CFingerlyShims
 
 /// Shared objects mapped into this process that no DT_NEEDED entry of any loaded object asks
@@ -34,12 +31,6 @@ struct LoadedObjectsProbe: Probe {
             if fields.first == "N", fields.count >= 2 { needed.insert(fields[1]) }
         }
         return LoadedObjects(objects: objects, needed: needed)
-    }
-
-    static func realPath(_ path: String) -> String? {
-        guard let resolved = realpath(path, nil) else { return nil }
-        defer { free(resolved) }
-        return String(decoding: UnsafeRawBufferPointer(start: resolved, count: strlen(resolved)), as: UTF8.self)
     }
 
     func collect(into context: ProbeContext) throws(ProbeFailure) {
