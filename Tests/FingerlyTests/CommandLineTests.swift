@@ -135,7 +135,7 @@ import Testing
         #expect(deferredProbes.allSatisfy { $0["tier"] as? String == "deferred" })
     }
 
-    @Test func aFIFOUnderRootCannotHoldTheRunPastItsBudget() throws {
+    @Test func aFIFOUnderRootIsRefusedNotWaitedOn() throws {
         let root = try TestPaths.temporaryDirectory("cli-fifo")
         try FileManager.default.createDirectory(atPath: root + "/proc", withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: root + "/etc", withIntermediateDirectories: true)
@@ -146,8 +146,11 @@ import Testing
         let report = try #require(try run.json()["report"] as? [String: Any])
         let probes = try #require(report["probes"] as? [[String: Any]])
         let status = { (id: String) in probes.first { $0["id"] as? String == id }?["status"] as? String }
-        #expect(status("cpu") == "timeout")
-        #expect(status("os") == "timeout")
+        // Opened without blocking and refused as no regular file: nothing waits for a writer.
+        #expect(status("cpu") == "malformed")
+        let os = try #require(probes.first { $0["id"] as? String == "os" })
+        let issues = try #require(os["issues"] as? [[String: Any]])
+        #expect(issues.contains { ($0["detail"] as? String)?.contains("FIFO") == true })
         #expect(status("memory") == "absent")
         let elapsed = try #require(report["elapsedMs"] as? Double)
         #expect(elapsed < 80 + 25, "collection took \(elapsed) ms for an 80 ms budget")

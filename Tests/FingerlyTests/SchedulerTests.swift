@@ -52,10 +52,18 @@ private func environment(root: String = "/") -> ProbeEnvironment {
     ProbeEnvironment(host: HostFileSystem(root: root), tables: .embedded, filter: .none, hasher: IdentifierHasher(apiKey: "k"))
 }
 
-private func makeFIFO(in root: String, at path: String) throws {
-    let full = root + path
-    try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-    #expect(mkfifo(full, 0o644) == 0)
+/// Blocks in read(2) on a pipe nobody writes: a probe stuck in a system call, which only the
+/// scheduler's deadline can end. (A FIFO in a tree no longer blocks: the host layer refuses it.)
+struct BlockedInSystemCallProbe: Probe {
+    let id: String
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        var ends: [Int32] = [0, 0]
+        guard pipe(&ends) == 0 else { throw ProbeFailure(.error, "pipe failed") }
+        var byte: UInt8 = 0
+        _ = read(ends[0], &byte, 1)
+        context.emit("test.read", true)
+    }
 }
 
 /// Runs blocking work on its own thread so timing tests never hold Swift's cooperative pool,
@@ -117,12 +125,11 @@ func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
         #expect(entries.map(\.id) == ["heavy1", "heavy2", "cheap1", "cheap2"])
     }
 
-    @Test func budgetIsAHardBoundWhenAProbeBlocksForeverOnAFIFO() async throws {
-        let root = try TestPaths.temporaryDirectory("fifo")
-        try makeFIFO(in: root, at: "/proc/meminfo")
+    @Test func budgetIsAHardBoundWhenAProbeBlocksForeverInASystemCall() async throws {
+        let root = try TestPaths.temporaryDirectory("blocked")
         let tracker = RunTracker()
         let jobs = [
-            ScheduledProbe(probe: ReadingProbe(id: "blocked", path: "/proc/meminfo"), tier: .fast, timeoutMs: 10_000),
+            ScheduledProbe(probe: BlockedInSystemCallProbe(id: "blocked"), tier: .fast, timeoutMs: 10_000),
             ScheduledProbe(probe: SleepingProbe(id: "fine", sleepMs: 1, tracker: tracker), tier: .fast, timeoutMs: 10_000),
             ScheduledProbe(probe: SleepingProbe(id: "late", sleepMs: 1, tracker: tracker), tier: .deferred, timeoutMs: 10_000),
         ]
@@ -136,13 +143,15 @@ func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
     }
 
     @Test func identifyReturnsWithinBudgetPlus25MsWithABlockedProbe() async throws {
-        let root = try TestPaths.temporaryDirectory("fifo-identify")
-        try makeFIFO(in: root, at: "/etc/os-release")
+        let root = try TestPaths.temporaryDirectory("blocked-identify")
         // The os probe's catalogue timeout (100 ms) is longer than this budget, so only the budget can end it.
         let schedule = ScheduleOptions(budgetMs: 60, defaultSourceTimeoutMs: 250, concurrency: 4, tiers: [.fast])
+        let probes: [any Probe] = ProbeRegistry.builtIn.map { $0.id == "os" ? BlockedInSystemCallProbe(id: "os") : $0 }
+        let fingerly = Fingerly(apiKey: "test-key", endpoint: nil, schedule: schedule, consent: .granted,
+                                options: CollectionOptions(root: root), filter: .none, logger: nil, probes: probes)
         let clock = ContinuousClock()
         let started = clock.now
-        let result = try await identify(root: root, schedule: schedule)
+        let result = try await fingerly.identify(submit: false)
         let elapsed = started.duration(to: clock.now)
         #expect(elapsed < .milliseconds(85), "identify took \(elapsed)")
         #expect(try result.probe("os").status == .timeout)

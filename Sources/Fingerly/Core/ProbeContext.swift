@@ -25,9 +25,47 @@ final class ProbeContext {
     /// Whether the caller wants a signal at all; check before reading anything for it.
     func wants(_ signal: String) -> Bool { !filter.ignores(signal: signal) }
 
+    /// Bounds on what one probe may put in the report. The host writes these values (DMI
+    /// strings, device names, environment), so without them a hostile tree makes the report, and
+    /// everything that renders it, as large as it likes. A large server's PCI list fits.
+    static let stringValueByteLimit = 512
+    static let listItemLimit = 256
+    static let listItemByteLimit = 256
+    static let signalBytesLimit = 16 * 1024
+    static let issueLimit = 16
+    static let noteLimit = 8
+    private var signalBytes = 0
+    private var droppedIssues = 0
+
     func emit(_ signal: String, _ value: SignalValue) {
         guard wants(signal) else { return }
-        signals[signal] = value
+        var budget = Self.signalBytesLimit - signalBytes
+        var bounded: SignalValue
+        switch value {
+        case .bool, .int:
+            bounded = value
+            budget -= 8
+        case .string(let text):
+            let cut = text.truncatedToUTF8(Self.stringValueByteLimit)
+            budget -= cut.utf8.count
+            bounded = .string(budget < 0 ? "" : cut)
+        case .strings(let items):
+            var kept: [String] = []
+            for item in items.prefix(Self.listItemLimit) {
+                let cut = item.truncatedToUTF8(Self.listItemByteLimit)
+                guard budget - cut.utf8.count - 3 >= 0 else { budget = -1; break }
+                budget -= cut.utf8.count + 3
+                kept.append(cut)
+            }
+            if items.count > Self.listItemLimit { budget = min(budget, -1) }
+            bounded = .strings(kept)
+        }
+        if budget < 0, !issues.contains(where: { $0.path == signal }) {
+            record(HostReadError(.malformed, path: signal,
+                                 detail: "value cut: a probe reports at most \(Self.signalBytesLimit / 1024) KiB, lists of \(Self.listItemLimit), strings of \(Self.stringValueByteLimit) bytes"))
+        }
+        signalBytes = Self.signalBytesLimit - max(0, budget)
+        signals[signal] = bounded
     }
 
     func emit(_ signal: String, _ value: String) { emit(signal, .string(value)) }
@@ -44,14 +82,17 @@ final class ProbeContext {
         signals[signal] = .string(hasher.hash(raw))
     }
 
-    func note(_ text: String) { notes.append(text) }
+    func note(_ text: String) {
+        guard notes.count < Self.noteLimit else { return }
+        notes.append(text.truncatedToUTF8(Self.stringValueByteLimit))
+    }
 
     /// Offers a value to the stable identifiers. It is hashed here; `world-readable` says
     /// whether an unprivileged user can read it too, because only such values may shape an
     /// identifier (root-only values are kept as extra evidence). A component follows the signal
     /// that reports the same value: ignoring the signal leaves the component out too.
     func contribute(_ scope: IdentityComponent.Scope, _ name: String, raw: String, worldReadable: Bool, signal: String) {
-        guard wants(signal) else { return }
+        guard wants(signal), components.count < Self.listItemLimit else { return }
         components.append(IdentityComponent(scope: scope, name: name, hash: hasher.hash(raw), worldReadable: worldReadable))
     }
 
@@ -76,7 +117,16 @@ final class ProbeContext {
     }
 
     func record(_ error: HostReadError) {
-        issues.append(SourceIssue(path: error.path, status: ProbeStatus(error.failure), detail: error.detail))
+        // A tree of ten thousand unreadable files is one finding, not ten thousand.
+        guard issues.count < Self.issueLimit else {
+            droppedIssues += 1
+            let summary = SourceIssue(path: "(more)", status: ProbeStatus(error.failure),
+                                      detail: "\(droppedIssues) more unreadable or malformed sources not listed")
+            if issues.count == Self.issueLimit { issues.append(summary) } else { issues[issues.count - 1] = summary }
+            return
+        }
+        issues.append(SourceIssue(path: error.path.truncatedToUTF8(Self.stringValueByteLimit), status: ProbeStatus(error.failure),
+                                  detail: error.detail.truncatedToUTF8(Self.stringValueByteLimit)))
     }
 
     func recordMalformed(_ path: String, _ detail: String) {
@@ -122,5 +172,22 @@ struct AttributeFilter: Sendable, Hashable {
             }
             return true
         }.sorted()
+    }
+}
+
+extension String {
+    /// At most `limit` UTF-8 bytes, cut on a scalar boundary, with "…" where something was cut.
+    func truncatedToUTF8(_ limit: Int) -> String {
+        guard utf8.count > limit else { return self }
+        var kept = String.UnicodeScalarView()
+        var bytes = 0
+        let room = Swift.max(0, limit - 3)
+        for scalar in unicodeScalars {
+            let size = UTF8.width(scalar)
+            guard bytes + size <= room else { break }
+            bytes += size
+            kept.append(scalar)
+        }
+        return String(kept) + "…"
     }
 }

@@ -36,6 +36,8 @@ struct Scheduler: Sendable {
         // Stable order: fast before deferred, catalogue order within a tier.
         var pending = jobs.indices.sorted { (jobs[$0].tier, $0) < (jobs[$1].tier, $1) }[...]
         var running: [Int: (startedAt: Double, deadline: Double)] = [:]
+        // Each probe reads under its own allowance; abandoning a probe stops its next read.
+        var allowances: [Int: ReadAllowance] = [:]
         var entries: [Int: ProbeEntry] = [:]
 
         while true {
@@ -44,8 +46,10 @@ struct Scheduler: Sendable {
                 let job = jobs[index]
                 let startedAt = monotonicMilliseconds()
                 running[index] = (startedAt, startedAt + Double(job.timeoutMs))
+                let allowance = ReadAllowance(bytes: Self.readAllowanceBytes)
+                allowances[index] = allowance
                 let started = startDetachedThread {
-                    let entry = Self.execute(job, in: environment, startedAt: startedAt)
+                    let entry = Self.execute(job, in: environment, allowance: allowance, startedAt: startedAt)
                     finished.withLock { $0[index] = entry }
                     wakeUp.signal()
                 }
@@ -72,11 +76,13 @@ struct Scheduler: Sendable {
             let now = monotonicMilliseconds()
             for (index, slot) in running where slot.deadline <= now {
                 running[index] = nil
+                allowances[index]?.abandon()
                 entries[index] = jobs[index].entry(.timeout, durationMs: now - slot.startedAt,
                                                    detail: "exceeded its \(jobs[index].timeoutMs) ms timeout and was abandoned")
             }
             if now >= budgetDeadline {
                 for (index, slot) in running {
+                    allowances[index]?.abandon()
                     entries[index] = jobs[index].entry(.timeout, durationMs: now - slot.startedAt,
                                                        detail: "still running when the \(budgetMs) ms budget ran out; abandoned")
                 }
@@ -91,8 +97,13 @@ struct Scheduler: Sendable {
         return jobs.indices.compactMap { entries[$0] }
     }
 
-    private static func execute(_ job: ScheduledProbe, in environment: ProbeEnvironment, startedAt: Double) -> ProbeEntry {
-        let context = ProbeContext(host: environment.host, tables: environment.tables,
+    /// What one probe may read in all: the largest legitimate reader (the trust store) reads a
+    /// few hundred KiB; a tree of sparse files must not make one read gigabytes.
+    static let readAllowanceBytes = 16 * 1024 * 1024
+
+    private static func execute(_ job: ScheduledProbe, in environment: ProbeEnvironment, allowance: ReadAllowance,
+                                startedAt: Double) -> ProbeEntry {
+        let context = ProbeContext(host: environment.host.limited(by: allowance), tables: environment.tables,
                                    filter: environment.filter, hasher: environment.hasher, pinChecks: environment.pinChecks)
         var status: ProbeStatus
         var detail: String?

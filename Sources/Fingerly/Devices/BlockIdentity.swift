@@ -10,8 +10,8 @@ struct BlkidProbeResult {
 /// handle, so nothing is shared between threads.
 enum Blkid {
     /// Superblock values (UUID, TYPE, LABEL) of a filesystem.
-    static func superblock(at path: String) throws(HostReadError) -> BlkidProbeResult {
-        try probe(path) { probe in
+    static func superblock(at path: String, on host: HostFileSystem) throws(HostReadError) -> BlkidProbeResult {
+        try probe(path, on: host) { probe in
             blkid_probe_enable_superblocks(probe, 1)
             blkid_probe_set_superblocks_flags(probe, Int32(BLKID_SUBLKS_UUID | BLKID_SUBLKS_TYPE))
             blkid_probe_enable_partitions(probe, 0)
@@ -21,8 +21,8 @@ enum Blkid {
     }
 
     /// The partition table (PTUUID, PTTYPE) of a whole disk, and each partition's UUID.
-    static func partitionTable(at path: String) throws(HostReadError) -> BlkidProbeResult {
-        try probe(path) { probe in
+    static func partitionTable(at path: String, on host: HostFileSystem) throws(HostReadError) -> BlkidProbeResult {
+        try probe(path, on: host) { probe in
             blkid_probe_enable_superblocks(probe, 0)
             blkid_probe_enable_partitions(probe, 1)
             blkid_probe_set_partitions_flags(probe, Int32(BLKID_PARTS_ENTRY_DETAILS))
@@ -38,13 +38,24 @@ enum Blkid {
         }
     }
 
-    private static func probe(_ path: String, configure: (OpaquePointer) -> Void,
+    /// libblkid is handed a descriptor the host layer opened, never a path: under a root
+    /// prefix it would resolve the path from "/" and follow the image's links out of the tree.
+    private static func probe(_ path: String, on host: HostFileSystem, configure: (OpaquePointer) -> Void,
                               collect: (OpaquePointer, inout BlkidProbeResult) -> Void) throws(HostReadError) -> BlkidProbeResult {
-        guard let probe = blkid_new_probe_from_filename(path) else {
-            // libblkid leaves errno from its open(2).
-            throw HostReadError(path: path, systemError: .current)
+        try host.withReadableDevice(path) { fd throws(HostReadError) in
+            guard let probe = blkid_new_probe() else {
+                throw HostReadError(.error, path: path, detail: "libblkid could not allocate a probe")
+            }
+            defer { blkid_free_probe(probe) }
+            guard blkid_probe_set_device(probe, fd, 0, 0) == 0 else {
+                throw HostReadError(.error, path: path, detail: "libblkid could not use the device")
+            }
+            return try run(probe, path: path, configure: configure, collect: collect)
         }
-        defer { blkid_free_probe(probe) }
+    }
+
+    private static func run(_ probe: OpaquePointer, path: String, configure: (OpaquePointer) -> Void,
+                            collect: (OpaquePointer, inout BlkidProbeResult) -> Void) throws(HostReadError) -> BlkidProbeResult {
         configure(probe)
         let status = blkid_do_safeprobe(probe)
         guard status >= 0 else {

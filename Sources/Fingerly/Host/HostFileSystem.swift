@@ -51,88 +51,158 @@ final class HostAccessLog: Sendable {
     var recorded: [String] { paths.withLock { $0 } }
 }
 
+/// How much one probe may read, and whether it has been abandoned. The scheduler gives each
+/// probe its own: a hostile tree of sparse or endless files must not let one probe read
+/// gigabytes, and a probe abandoned at its timeout must stop at its next read instead of
+/// reading on in the background.
+final class ReadAllowance: Sendable {
+    let limit: Int
+    private let spent = Atomic<Int>(0)
+    private let abandonedFlag = Atomic<Bool>(false)
+
+    init(bytes: Int) { limit = bytes }
+
+    func abandon() { abandonedFlag.store(true, ordering: .relaxed) }
+    var isAbandoned: Bool { abandonedFlag.load(ordering: .relaxed) }
+    var remaining: Int { max(0, limit - spent.load(ordering: .relaxed)) }
+
+    func charge(_ bytes: Int) { spent.add(bytes, ordering: .relaxed) }
+
+    /// Throws when the probe may read no more.
+    func check(_ path: String) throws(HostReadError) {
+        if isAbandoned {
+            throw HostReadError(.error, path: path, detail: "not read: the probe was abandoned at its timeout")
+        }
+        if remaining == 0 {
+            throw HostReadError(.error, path: path, detail: "not read: the probe has read its limit of \(limit / 1024 / 1024) MiB")
+        }
+    }
+}
+
+/// The directory a root prefix names, held open for the life of the collector so that every
+/// lookup starts from the same directory, whatever is renamed in the meantime.
+final class RootDirectory: Sendable {
+    /// -errno when the root could not be opened.
+    let descriptor: Int32
+
+    init(_ path: String) {
+        let fd = open(path, fingerlyOpenPath | O_DIRECTORY | O_CLOEXEC)
+        descriptor = fd >= 0 ? fd : -errno
+    }
+
+    deinit { if descriptor >= 0 { close(descriptor) } }
+}
+
 /// Every file-reading probe reads the host through this one layer, so a fixture tree, a container's
 /// root filesystem or a mounted disk image can be inspected exactly like the live host.
+///
+/// Under a root prefix nothing is ever opened by a path the kernel resolves from "/": every
+/// lookup goes through `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)` on the root's
+/// descriptor (or a component-wise O_NOFOLLOW walk where the kernel lacks it), and reading,
+/// listing, readlink and stat work on the descriptor it returns. An image's links, absolute or
+/// relative, at any depth, and swapped in while the collector runs, stay inside the tree.
 public struct HostFileSystem: Sendable {
     /// Largest file read unless a caller asks for less: /proc and /sys files are small, and an
     /// unbounded read of a hostile or looping file must not exhaust memory.
     public static let defaultReadLimit = 256 * 1024
+    /// Most names taken from one directory: /proc of a busy host has tens of thousands.
+    static let directoryEntryLimit = 65_536
 
     /// The root prefix; "/" for the live host.
     public let root: String
     let log: HostAccessLog?
+    private let rootDirectory: RootDirectory?
+    let resolution: fingerly_resolution
+    let allowance: ReadAllowance?
 
     public init(root: String = "/") {
         self.init(root: root, log: nil)
     }
 
-    init(root: String, log: HostAccessLog?) {
+    init(root: String, log: HostAccessLog?, resolution: fingerly_resolution = fingerly_resolution_automatic) {
         var trimmed = root
         while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
         self.root = trimmed.isEmpty ? "/" : trimmed
         self.log = log
+        self.rootDirectory = self.root == "/" ? nil : RootDirectory(self.root)
+        self.resolution = resolution
+        self.allowance = nil
+    }
+
+    private init(copying other: HostFileSystem, allowance: ReadAllowance?) {
+        root = other.root
+        log = other.log
+        rootDirectory = other.rootDirectory
+        resolution = other.resolution
+        self.allowance = allowance
+    }
+
+    /// The same host, read under a probe's own allowance.
+    func limited(by allowance: ReadAllowance) -> HostFileSystem {
+        HostFileSystem(copying: self, allowance: allowance)
     }
 
     /// True when this is the machine the process runs on, not a tree inspected from outside.
     public var isLiveHost: Bool { root == "/" }
 
-    /// The path to open for a host path. Under a root prefix every symbolic link on the way is
-    /// resolved inside the tree, so an absolute link in an image (/var/lib/dbus/machine-id ->
-    /// /etc/machine-id) can never reach the live host's files.
-    func hostPath(_ path: String, followFinalLink: Bool = true) -> String {
+    /// Opens a host path. With `followFinalLink` false a final symbolic link is opened itself
+    /// (fingerlyOpenPath), to read or stat the link.
+    func openDescriptor(_ path: String, flags: Int32, followFinalLink: Bool = true) throws(HostReadError) -> Int32 {
         precondition(path.hasPrefix("/"), "host paths are absolute")
-        guard root != "/" else { return path }
-        var resolved: [Substring] = []
-        var pending = path.split(separator: "/")
-        var hops = 0
-        while !pending.isEmpty {
-            let part = pending.removeFirst()
-            if part == "." { continue }
-            if part == ".." { _ = resolved.popLast(); continue }
-            let candidate = root + "/" + (resolved + [part]).joined(separator: "/")
-            if (followFinalLink || !pending.isEmpty), hops < 40, let target = Self.linkTarget(candidate) {
-                hops += 1
-                if target.hasPrefix("/") { resolved = [] }
-                pending = target.split(separator: "/") + pending
-                continue
+        try allowance?.check(path)
+        guard let rootDirectory else {
+            let finalFlags = followFinalLink ? flags : (fingerlyOpenPath | O_NOFOLLOW)
+            switch retryingOnInterrupt({ open(path, finalFlags | O_CLOEXEC) }) {
+            case .success(let fd): return fd
+            case .failure(let error): throw HostReadError(path: path, systemError: error)
             }
-            resolved.append(part)
         }
-        return root + "/" + resolved.joined(separator: "/")
+        guard rootDirectory.descriptor >= 0 else {
+            throw HostReadError(path: path, systemError: SystemError(-rootDirectory.descriptor))
+        }
+        while true {
+            let fd = fingerly_open_beneath(rootDirectory.descriptor, path, flags, followFinalLink, resolution)
+            if fd >= 0 { return fd }
+            if -fd != EINTR && -fd != EAGAIN {
+                throw HostReadError(path: path, systemError: SystemError(-fd))
+            }
+            // EAGAIN: openat2 saw a rename race and asks for a retry; the allowance bounds it.
+            try allowance?.check(path)
+        }
     }
 
-    private static func linkTarget(_ path: String) -> String? {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let length = readlink(path, &buffer, buffer.count - 1)
-        guard length > 0 else { return nil }
-        return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
-    /// Reads at most `limit` bytes of a file.
+    /// Reads at most `limit` bytes of a regular file. Never opens anything that could block
+    /// (a FIFO, a socket, a terminal): a hostile tree would hang the probe.
     public func read(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> [UInt8] {
         log?.record(path)
-        let fd: Int32
-        // Under a root prefix hostPath has resolved every link inside the tree; one still left
-        // (a loop) must fail rather than let the kernel follow it out of the tree.
-        let flags = O_RDONLY | O_CLOEXEC | (isLiveHost ? 0 : O_NOFOLLOW)
-        switch retryingOnInterrupt({ open(hostPath(path), flags) }) {
-        case .success(let descriptor): fd = descriptor
-        case .failure(let error): throw HostReadError(path: path, systemError: error)
-        }
+        let fd = try openDescriptor(path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
         defer { close(fd) }
-
+        let status = try status(of: fd, path: path)
+        guard status.isRegularFile || (isLiveHost && status.isCharacterDevice) else {
+            throw HostReadError(.malformed, path: path, detail: "not a regular file (\(status.kindName))")
+        }
+        let wantedTotal = min(limit, allowance.map { $0.remaining } ?? limit)
         var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while bytes.count < limit {
-            let wanted = min(chunk.count, limit - bytes.count)
+        // /proc files say size 0 and sysfs ones 4096: a small first chunk, the file's own size when larger.
+        let sizeHint = status.size < UInt64(64 * 1024) ? Int(status.size) + 1 : 64 * 1024
+        var chunk = [UInt8](repeating: 0, count: max(1, min(wantedTotal, max(4096, sizeHint))))
+        while bytes.count < wantedTotal {
+            try allowance?.check(path)
+            let wanted = min(chunk.count, wantedTotal - bytes.count)
             let result = chunk.withUnsafeMutableBytes { buffer in
                 retryingOnInterrupt { Glibc.read(fd, buffer.baseAddress, wanted) }
             }
             switch result {
             case .success(0): return bytes
-            case .success(let count): bytes.append(contentsOf: chunk[0..<count])
+            case .success(let count):
+                allowance?.charge(count)
+                bytes.append(contentsOf: chunk[0..<count])
             case .failure(let error): throw HostReadError(path: path, systemError: error)
             }
+        }
+        if bytes.count < limit {
+            // Cut by the allowance, not by the caller's limit: say so rather than hand back a prefix.
+            try allowance?.check(path)
         }
         return bytes
     }
@@ -152,6 +222,7 @@ public struct HostFileSystem: Sendable {
     public func readBypassingLibc(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> [UInt8] {
         guard isLiveHost else { return try read(path, limit: limit) }
         log?.record(path)
+        try allowance?.check(path)
         // /proc files give no size up front: start small and read again, larger, only when full.
         var capacity = min(limit, 64 * 1024)
         while true {
@@ -160,7 +231,9 @@ public struct HostFileSystem: Sendable {
                 fingerly_raw_read_file(path, raw.baseAddress!.assumingMemoryBound(to: CChar.self), capacity)
             }
             guard count >= 0 else { throw HostReadError(path: path, systemError: SystemError(Int32(-count))) }
+            allowance?.charge(count)
             if count < capacity || capacity == limit { return Array(buffer[0..<count]) }
+            try allowance?.check(path)
             capacity = min(limit, capacity * 4)
         }
     }
@@ -185,31 +258,49 @@ public struct HostFileSystem: Sendable {
         log?.record(path)
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let capacity = buffer.count - 1
-        let result = buffer.withUnsafeMutableBufferPointer { pointer in
-            retryingOnInterrupt { readlink(hostPath(path, followFinalLink: false), pointer.baseAddress!, capacity) }
+        let length: Int
+        if isLiveHost {
+            // /proc/<pid>/fd/N and /proc/self/exe are magic links: their targets are the answer.
+            try allowance?.check(path)
+            let result = buffer.withUnsafeMutableBufferPointer { pointer in
+                retryingOnInterrupt { readlink(path, pointer.baseAddress!, capacity) }
+            }
+            switch result {
+            case .success(let count): length = count
+            case .failure(let error): throw HostReadError(path: path, systemError: error)
+            }
+        } else {
+            let fd = try openDescriptor(path, flags: fingerlyOpenPath, followFinalLink: false)
+            defer { close(fd) }
+            let count = buffer.withUnsafeMutableBufferPointer { fingerly_read_link_fd(fd, $0.baseAddress!, UInt(capacity)) }
+            guard count >= 0 else {
+                // ENOENT from readlinkat on an fingerlyOpenPath descriptor that is no link: as readlink(2) says it.
+                let code = Int32(-count) == ENOENT ? EINVAL : Int32(-count)
+                throw HostReadError(path: path, systemError: SystemError(code))
+            }
+            length = count
         }
-        switch result {
-        case .success(let length):
-            return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        case .failure(let error):
-            throw HostReadError(path: path, systemError: error)
-        }
+        return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// Names in a directory, without "." and "..", sorted for stable output.
+    /// Names in a directory, without "." and "..", sorted for stable output; at most
+    /// `directoryEntryLimit` of them.
     public func listDirectory(_ path: String) throws(HostReadError) -> [String] {
         log?.record(path)
-        let resolved = hostPath(path)
-        guard let directory = opendir(resolved) else {
-            throw HostReadError(path: path, systemError: .current)
+        let fd = try openDescriptor(path, flags: O_RDONLY | O_DIRECTORY | O_NONBLOCK)
+        guard let directory = fdopendir(fd) else {
+            let error = SystemError.current
+            close(fd)
+            throw HostReadError(path: path, systemError: error)
         }
         defer { closedir(directory) }
         var names: [String] = []
-        while let entry = readdir(directory) {
+        while names.count < Self.directoryEntryLimit, let entry = readdir(directory) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
             }
             if name != "." && name != ".." { names.append(name) }
+            if names.count % 1024 == 0 { try allowance?.check(path) }
         }
         return names.sorted()
     }
@@ -217,8 +308,77 @@ public struct HostFileSystem: Sendable {
     /// Whether anything exists at the path (without following a final symlink).
     public func exists(_ path: String) -> Bool {
         log?.record(path)
-        var info = stat()
-        return lstat(hostPath(path, followFinalLink: false), &info) == 0
+        guard let fd = try? openDescriptor(path, flags: fingerlyOpenPath, followFinalLink: false) else { return false }
+        close(fd)
+        return true
+    }
+
+    /// What stat says of a path, following a final link inside the root.
+    func status(_ path: String, followFinalLink: Bool = true) throws(HostReadError) -> FileStatus {
+        log?.record(path)
+        let fd = try openDescriptor(path, flags: fingerlyOpenPath, followFinalLink: followFinalLink)
+        defer { close(fd) }
+        return try status(of: fd, path: path)
+    }
+
+    /// Runs `body` with a descriptor open for reading on a regular file or a block device (for
+    /// libraries such as libblkid that read a device themselves), closed afterwards.
+    func withReadableDevice<T>(_ path: String, _ body: (Int32) throws(HostReadError) -> T) throws(HostReadError) -> T {
+        log?.record(path)
+        let fd = try openDescriptor(path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
+        defer { close(fd) }
+        let status = try status(of: fd, path: path)
+        guard status.isRegularFile || status.isBlockDevice else {
+            throw HostReadError(.malformed, path: path, detail: "not a block device or image file (\(status.kindName))")
+        }
+        return try body(fd)
+    }
+
+    private func status(of fd: Int32, path: String) throws(HostReadError) -> FileStatus {
+        var raw = fingerly_file_status()
+        let result = fingerly_status_fd(fd, &raw)
+        guard result == 0 else { throw HostReadError(path: path, systemError: SystemError(-result)) }
+        return FileStatus(raw)
+    }
+}
+
+/// O_PATH: a descriptor that names a file without opening it for reading.
+let fingerlyOpenPath = fingerly_open_path_flag
+
+/// The few stat fields probes use.
+struct FileStatus: Sendable, Hashable {
+    let mode: UInt32
+    let ownerId: UInt32
+    let size: UInt64
+    let modifiedSeconds: Int64
+    let birthSeconds: Int64?
+
+    init(_ raw: fingerly_file_status) {
+        mode = raw.mode
+        ownerId = raw.uid
+        size = raw.size
+        modifiedSeconds = raw.modified_seconds
+        birthSeconds = raw.birth_seconds < 0 ? nil : raw.birth_seconds
+    }
+
+    private var type: UInt32 { mode & UInt32(S_IFMT) }
+    var isRegularFile: Bool { type == UInt32(S_IFREG) }
+    var isDirectory: Bool { type == UInt32(S_IFDIR) }
+    var isBlockDevice: Bool { type == UInt32(S_IFBLK) }
+    var isCharacterDevice: Bool { type == UInt32(S_IFCHR) }
+    var isWorldReadable: Bool { mode & UInt32(S_IROTH) != 0 }
+
+    var kindName: String {
+        switch type {
+        case UInt32(S_IFREG): return "regular file"
+        case UInt32(S_IFDIR): return "directory"
+        case UInt32(S_IFLNK): return "symbolic link"
+        case UInt32(S_IFIFO): return "FIFO"
+        case UInt32(S_IFSOCK): return "socket"
+        case UInt32(S_IFCHR): return "character device"
+        case UInt32(S_IFBLK): return "block device"
+        default: return "unknown type"
+        }
     }
 }
 

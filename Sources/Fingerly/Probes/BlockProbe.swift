@@ -20,7 +20,14 @@ struct BlockProbe: Probe {
             let attributes = disk.attributes
             let model = (attributes["device/model"] ?? disk.properties["ID_MODEL"] ?? "").trimmingWhitespace()
             let vendor = (attributes["device/vendor"] ?? "").trimmingWhitespace()
-            let bytes = Int(attributes["size"] ?? "").map { $0 * 512 }
+            // sysfs counts 512-byte sectors; a size no disk can have is left out, never a trap.
+            let bytes = Int(attributes["size"] ?? "").flatMap { sectors -> Int? in
+                let (bytes, overflow) = sectors.multipliedReportingOverflow(by: 512)
+                return overflow || sectors < 0 ? nil : bytes
+            }
+            if bytes == nil, let size = attributes["size"], !size.isEmpty {
+                context.recordMalformed(disk.path + "/size", "not a sector count in range: \(size.prefix(40))")
+            }
             let removable = attributes["removable"] == "1" || disk.isBehindUSB
             let transport = Self.transport(of: disk)
             var line = "\(disk.sysname) transport=\(transport) removable=\(removable)"

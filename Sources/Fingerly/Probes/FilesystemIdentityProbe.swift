@@ -39,9 +39,9 @@ struct FilesystemIdentityProbe: Probe {
             var uuid = database["ID_FS_UUID"].map { ($0, "udev-database", true) }
                 ?? Self.linkName(in: "/dev/disk/by-uuid", pointingTo: partition, host: host).map { ($0, "by-uuid", true) }
             if uuid == nil, let node = Self.deviceNode(partition, host: host),
-               let result = context.attemptIfPresent({ () throws(HostReadError) in try Blkid.superblock(at: host.hostPath(node)) }),
+               let result = context.attemptIfPresent({ () throws(HostReadError) in try Blkid.superblock(at: node, on: host) }),
                let value = result.values["UUID"] {
-                uuid = (value, "libblkid", Self.isWorldReadable(host.hostPath(node)))
+                uuid = (value, "libblkid", Self.isWorldReadable(node, host: host))
             }
             if let (value, source, worldReadable) = uuid {
                 context.emitIdentifier("fs.root_uuid", raw: value)
@@ -57,9 +57,9 @@ struct FilesystemIdentityProbe: Probe {
             table = (ptuuid, diskDatabase["ID_PART_TABLE_TYPE"], Self.partitionUUIDsFromDatabase(host, disk: disk), true)
         } else if let node = Self.deviceNode(disk, host: host),
                   // The root filesystem on a whole disk: its node was just probed, and refused.
-                  !context.issues.contains(where: { $0.path == host.hostPath(node) }),
-                  let result = context.attemptIfPresent({ () throws(HostReadError) in try Blkid.partitionTable(at: host.hostPath(node)) }) {
-            table = (result.values["PTUUID"], result.values["PTTYPE"], result.partitionUUIDs, Self.isWorldReadable(host.hostPath(node)))
+                  !context.issues.contains(where: { $0.path == node }),
+                  let result = context.attemptIfPresent({ () throws(HostReadError) in try Blkid.partitionTable(at: node, on: host) }) {
+            table = (result.values["PTUUID"], result.values["PTTYPE"], result.partitionUUIDs, Self.isWorldReadable(node, host: host))
         }
         if let table {
             if let type = table.type { context.emit("fs.boot_disk_pttype", type) }
@@ -109,8 +109,7 @@ struct FilesystemIdentityProbe: Probe {
         host.exists("/dev/" + name) ? "/dev/" + name : nil
     }
 
-    static func isWorldReadable(_ path: String) -> Bool {
-        var info = stat()
-        return stat(path, &info) == 0 && info.st_mode & S_IROTH != 0
+    static func isWorldReadable(_ path: String, host: HostFileSystem) -> Bool {
+        (try? host.status(path))?.isWorldReadable ?? false
     }
 }

@@ -13,6 +13,9 @@ struct MemoryProbe: Probe {
         guard fields.count == 2, fields[1] == "kB", let kibibytes = Int(fields[0]), kibibytes > 0 else {
             throw ProbeFailure(.malformed, "\(Self.path): MemTotal is not '<number> kB'")
         }
-        context.emit("memory.total_bytes", kibibytes * 1024)
+        // The host writes this number: one past Int.max / 1024 must be malformed, not a trap.
+        let (bytes, overflow) = kibibytes.multipliedReportingOverflow(by: 1024)
+        guard !overflow else { throw ProbeFailure(.malformed, "\(Self.path): MemTotal \(kibibytes) kB is out of range") }
+        context.emit("memory.total_bytes", bytes)
     }
 }

@@ -16,11 +16,11 @@ struct ProvisioningProbe: Probe {
         let now = Double(time(nil))
         func ageDays(_ seconds: Double) -> Int { max(0, Int((now - seconds) / Self.secondsPerDay)) }
 
-        if let modified = Self.modificationTime(host.hostPath("/etc/machine-id")) {
+        if let modified = Self.modificationTime("/etc/machine-id", host: host) {
             context.emit("provision.machine_id_age_days", ageDays(modified))
         }
         let keys = ((try? host.listDirectory("/etc/ssh")) ?? []).filter { $0.hasPrefix("ssh_host_") && $0.hasSuffix("_key.pub") }
-        let keyTimes = keys.compactMap { Self.modificationTime(host.hostPath("/etc/ssh/" + $0)) }
+        let keyTimes = keys.compactMap { Self.modificationTime("/etc/ssh/" + $0, host: host) }
         if let newest = keyTimes.max() { context.emit("provision.ssh_host_key_age_days", ageDays(newest)) }
         // Under a root prefix "/" is whatever directory was given (an unpacked tree, a fixture):
         // its birth says nothing about the installation.
@@ -35,10 +35,8 @@ struct ProvisioningProbe: Probe {
         context.emit("provision.cloud_init", host.exists("/var/lib/cloud/instance") || host.exists("/run/cloud-init/result.json"))
     }
 
-    static func modificationTime(_ path: String) -> Double? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        return Double(info.st_mtim.tv_sec)
+    static func modificationTime(_ path: String, host: HostFileSystem) -> Double? {
+        (try? host.status(path)).map { Double($0.modifiedSeconds) }
     }
 
     /// statx's birth time; nil where the filesystem does not keep one.

@@ -75,20 +75,23 @@ struct TrustStore {
         }
 
         // What is trusted: the bundle, and every *.pem beside it that is not a link to a shipped file.
-        var sources: [(path: String, bytes: [UInt8])] = []
-        if let bundle = bytes(Self.bundle) { sources.append((Self.bundle, bundle)) }
+        // Listed first, read one at a time below: only one file's bytes are held at once.
+        var sources = [Self.bundle]
         for name in (try? host.listDirectory(Self.certificateDirectory)) ?? [] where name.hasSuffix(".pem") {
             let path = Self.certificateDirectory + "/" + name
             if let target = try? host.readLink(path), target.hasPrefix(Self.packaged + "/") { continue }
-            if let file = bytes(path) { sources.append((path, file)) }
+            sources.append(path)
         }
-        guard !sources.isEmpty else { return nil }
 
         let shipped = packaged.sorted().joined(separator: "\n")
         var seen: Set<String> = []
         var roots: [LocalRoot] = []
         var packagedCount = 0
-        for source in sources {
+        var readAny = false
+        for path in sources {
+            guard let contents = bytes(path) else { continue }
+            readAny = true
+            let source = (path: path, bytes: contents)
             var buffer = [CChar](repeating: 0, count: 256 * 1024)
             let length = source.bytes.withUnsafeBufferPointer { data in
                 data.withMemoryRebound(to: CChar.self) {
@@ -110,6 +113,7 @@ struct TrustStore {
                 roots.append(LocalRoot(certificate: certificate, source: how, impersonates: impersonating.contains(certificate.fingerprint)))
             }
         }
+        guard readAny else { return nil }
         return TrustStore(trustedCount: packagedCount + roots.count, packagedCount: packagedCount, localRoots: roots)
     }
 }
