@@ -99,7 +99,7 @@ struct Scheduler: Sendable {
 
     /// What one probe may read in all: the largest legitimate reader (the trust store) reads a
     /// few hundred KiB; a tree of sparse files must not make one read gigabytes.
-    static let readAllowanceBytes = 16 * 1024 * 1024
+    static let readAllowanceBytes = 8 * 1024 * 1024
 
     private static func execute(_ job: ScheduledProbe, in environment: ProbeEnvironment, allowance: ReadAllowance,
                                 startedAt: Double) -> ProbeEntry {

@@ -183,6 +183,9 @@ public struct HostFileSystem: Sendable {
         }
         let wantedTotal = min(limit, allowance.map { $0.remaining } ?? limit)
         var bytes: [UInt8] = []
+        // A regular file says its size: one allocation of exactly what will be read, instead of
+        // doublings that hold up to twice the limit at the peak.
+        if status.size > 0 { bytes.reserveCapacity(status.size < UInt64(wantedTotal) ? Int(status.size) : wantedTotal) }
         // /proc files say size 0 and sysfs ones 4096: a small first chunk, the file's own size when larger.
         let sizeHint = status.size < UInt64(64 * 1024) ? Int(status.size) + 1 : 64 * 1024
         var chunk = [UInt8](repeating: 0, count: max(1, min(wantedTotal, max(4096, sizeHint))))

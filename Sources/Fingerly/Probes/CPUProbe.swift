@@ -5,7 +5,7 @@ struct CPUProbe: Probe {
 
     func collect(into context: ProbeContext) throws(ProbeFailure) {
         let text: String
-        do { text = try context.host.readText(Self.path, limit: 4 * 1024 * 1024) } catch { throw ProbeFailure(error) }
+        do { text = try context.host.readText(Self.path, limit: 2 * 1024 * 1024) } catch { throw ProbeFailure(error) }
 
         let processors = Self.parse(text)
         guard !processors.isEmpty else {

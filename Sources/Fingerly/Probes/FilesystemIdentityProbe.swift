@@ -17,7 +17,7 @@ struct FilesystemIdentityProbe: Probe {
     func collect(into context: ProbeContext) throws(ProbeFailure) {
         let host = context.host
         let mountinfo: String
-        do { mountinfo = try host.readText("/proc/self/mountinfo", limit: 4 * 1024 * 1024) } catch { throw ProbeFailure(error) }
+        do { mountinfo = try host.readText("/proc/self/mountinfo", limit: 2 * 1024 * 1024) } catch { throw ProbeFailure(error) }
         guard let root = Self.rootMount(in: mountinfo) else {
             throw ProbeFailure(.malformed, "/proc/self/mountinfo: no mount at /")
         }

@@ -8,7 +8,7 @@ struct ListeningSocketsProbe: Probe {
         var ports: Set<Int> = []
         var read = false
         for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            guard let text = context.attemptIfPresent({ () throws(HostReadError) in try context.host.readText(path, limit: 8 * 1024 * 1024) }) else { continue }
+            guard let text = context.attemptIfPresent({ () throws(HostReadError) in try context.host.readText(path, limit: 4 * 1024 * 1024) }) else { continue }
             read = true
             for line in text.split(separator: "\n").dropFirst() {
                 let fields = line.split(separator: " ")

@@ -9,7 +9,7 @@ struct ProcessMapsProbe: Probe {
     func collect(into context: ProbeContext) throws(ProbeFailure) {
         let host = context.host
         let maps: String
-        do { maps = try host.readTextBypassingLibc("/proc/self/maps", limit: 4 * 1024 * 1024) } catch { throw ProbeFailure(error) }
+        do { maps = try host.readTextBypassingLibc("/proc/self/maps", limit: 2 * 1024 * 1024) } catch { throw ProbeFailure(error) }
         let regions = Self.regions(maps)
 
         var markers: [String] = []

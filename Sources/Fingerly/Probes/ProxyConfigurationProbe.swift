@@ -57,7 +57,7 @@ struct ProxyConfigurationProbe: Probe {
                 }
             }
             // dconf's GVDB file is binary; the key names and string values are stored in clear.
-            if let database = context.attemptIfPresent({ () throws(HostReadError) in try host.read(home + "/.config/dconf/user", limit: 4 * 1024 * 1024) }) {
+            if let database = context.attemptIfPresent({ () throws(HostReadError) in try host.read(home + "/.config/dconf/user", limit: 1024 * 1024) }) {
                 let bytes = String(decoding: database, as: UTF8.self)
                 if bytes.contains("/system/proxy/") {
                     let mode = bytes.contains("manual") ? "manual" : bytes.contains("auto") ? "automatic" : "unknown"

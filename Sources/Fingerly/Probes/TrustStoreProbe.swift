@@ -49,7 +49,7 @@ struct TrustStore {
     static func read(_ context: ProbeContext) -> TrustStore? {
         let host = context.host
         func bytes(_ path: String) -> [UInt8]? {
-            context.attemptIfPresent { () throws(HostReadError) in try host.read(path, limit: 8 * 1024 * 1024) }
+            context.attemptIfPresent { () throws(HostReadError) in try host.read(path, limit: 2 * 1024 * 1024) }
         }
         func fingerprints(_ path: String) -> [String] { bytes(path).map(CertificateSummary.fingerprints) ?? [] }
 
