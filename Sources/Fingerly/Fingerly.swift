@@ -34,12 +34,23 @@ public struct CollectionOptions: Sendable {
     public var policy: Policy?
     /// TLS endpoints to connect to and check against expected pins (deferred tier, opt-in).
     public var tlsPinChecks: [TLSPinCheck]
+    /// The collector's own state directory on the real host (never under `root`), where the
+    /// secret that keys identifiers without an API key is kept. nil: `$STATE_DIRECTORY`, else
+    /// /var/lib/fingerly for root, else `$XDG_STATE_HOME/fingerly` or ~/.local/state/fingerly.
+    /// When it cannot be used, identifiers are keyed per run.
+    public var stateDirectory: String?
+    /// What becomes of free text that can name a person; a policy's `privacy.freeText`
+    /// (`FreeTextHandling.fromPolicy(contentsOf:)`).
+    public var freeText: FreeTextHandling
 
-    public init(root: String = "/", attributesToIgnore: Set<String> = [], policy: Policy? = nil, tlsPinChecks: [TLSPinCheck] = []) {
+    public init(root: String = "/", attributesToIgnore: Set<String> = [], policy: Policy? = nil, tlsPinChecks: [TLSPinCheck] = [],
+                stateDirectory: String? = nil, freeText: FreeTextHandling = .fingerprint) {
         self.root = root
         self.attributesToIgnore = attributesToIgnore
         self.policy = policy
         self.tlsPinChecks = tlsPinChecks
+        self.stateDirectory = stateDirectory
+        self.freeText = freeText
     }
 }
 
@@ -97,7 +108,10 @@ public final class Fingerly: Sendable {
     public let endpoint: String?
     public let schedule: ScheduleOptions
     let options: CollectionOptions
-    let hasher: IdentifierHasher
+    private let apiKey: String?
+    /// Without an API key, the key is the installation secret, found (or created) on the first
+    /// collection, after consent: nothing is written before then.
+    private let localHasher = Mutex<IdentifierHasher?>(nil)
     let filter: AttributeFilter
     let logger: (any FingerlyLogHandler)?
     private let consent: Mutex<Consent>
@@ -119,7 +133,8 @@ public final class Fingerly: Sendable {
 
     /// - Parameters:
     ///   - apiKey: keys the identifier hashes and, by its prefix, picks the region. May be nil
-    ///     for local-only collection.
+    ///     for local-only collection: identifiers are then keyed by a secret of this
+    ///     installation (`CollectionOptions.stateDirectory`), else by a key of the run.
     ///   - endpoint: overrides the region's endpoint.
     public static func load(apiKey: String?, endpoint: String? = nil, schedule: ScheduleOptions = ScheduleOptions(),
                             consent: Consent = .unknown, options: CollectionOptions = CollectionOptions(),
@@ -150,7 +165,7 @@ public final class Fingerly: Sendable {
         self.endpoint = endpoint
         self.schedule = schedule
         self.options = options
-        hasher = IdentifierHasher(apiKey: apiKey)
+        self.apiKey = apiKey
         self.filter = filter
         self.logger = logger
         self.consent = Mutex(consent)
@@ -193,9 +208,35 @@ public final class Fingerly: Sendable {
                                     policy: policy)
     }
 
+    /// The hasher of this instance's runs: the API key's, else the installation secret's, else
+    /// one per-run key for the life of this instance.
+    func identifierHasher() -> IdentifierHasher {
+        if let apiKey { return IdentifierHasher(apiKey: apiKey, freeText: options.freeText) }
+        return localHasher.withLock { cached in
+            if let cached { return cached }
+            let made: IdentifierHasher
+            switch options.stateDirectory ?? StateDirectory.defaultPathForThisProcess() {
+            case nil:
+                logger?.log(.info, "no state directory can be named; identifiers are keyed per run")
+                made = .perRun(freeText: options.freeText)
+            case let directory?:
+                switch InstallationSecret.loadOrCreate(in: directory) {
+                case .secret(let secret):
+                    made = IdentifierHasher(secret: secret, keying: .installationSecret, freeText: options.freeText)
+                case .unavailable(let why):
+                    logger?.log(.warning, "installation secret unavailable (\(why)); identifiers are keyed per run")
+                    made = .perRun(freeText: options.freeText)
+                }
+            }
+            cached = made
+            return made
+        }
+    }
+
     func collectBlocking(tag: String?, tiers: Set<Tier>, startedAt started: Double = monotonicMilliseconds(),
                          log: HostAccessLog? = nil, only probeIds: Set<String>? = nil) -> SignalReport {
         fingerlyCollectEntry()
+        let hasher = identifierHasher()
         var environment = ProbeEnvironment(host: HostFileSystem(root: options.root, log: log), tables: .embedded,
                                            filter: filter, hasher: hasher)
         environment.pinChecks = options.tlsPinChecks
@@ -223,7 +264,7 @@ public final class Fingerly: Sendable {
                             tiers: tiers.sorted(), budgetMs: schedule.budgetMs,
                             elapsedMs: (monotonicMilliseconds() - started).roundedToMicroseconds,
                             probes: (entries + ignored).sorted { order[$0.id, default: 0] < order[$1.id, default: 0] },
-                            identity: identity)
+                            identity: identity, identifierKeying: hasher.keying, freeText: hasher.freeText)
     }
 
     public static let version = "0.1.0"

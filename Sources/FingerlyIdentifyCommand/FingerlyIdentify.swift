@@ -33,7 +33,17 @@ public enum FingerlyIdentify {
           --check-tls HOST:PORT,…  Connect (through the environment's proxy) and compare the presented
                                    chain with the --pin values: a mismatch is a mitm verdict.
           --pin PIN,…              Expected SPKI SHA-256, base64, optionally prefixed sha256/.
-          --api-key KEY            Keys the identifier hashes (default: $FINGERLY_API_KEY, else a local key).
+          --api-key KEY            Keys the identifier hashes (default: $FINGERLY_API_KEY). Without one,
+                                   a random secret of this installation, kept in the state directory,
+                                   keys them; if that directory is unusable, a key of this run alone.
+                                   The report's identifierKeying says which.
+          --state-dir DIR          The collector's own state (the installation secret): always on this
+                                   host, also under --root. Default: $STATE_DIRECTORY, else
+                                   /var/lib/fingerly for root, else $XDG_STATE_HOME/fingerly or
+                                   ~/.local/state/fingerly.
+          --free-text MODE         fingerprint or keep: free text that can name a person (a local CA's
+                                   subject, input device names) as a keyed fingerprint or in clear
+                                   (default: the policy's privacy.freeText, fingerprint).
           --version                Print the version.
           --help                   Print this help.
 
@@ -54,6 +64,8 @@ public enum FingerlyIdentify {
         ENVIRONMENT:
           NO_COLOR                 Disables colour (colour is only used on a terminal anyway).
           FINGERLY_API_KEY         Default for --api-key.
+          STATE_DIRECTORY, XDG_STATE_HOME, HOME
+                                   Where the default --state-dir is.
 
         """
 

@@ -54,6 +54,12 @@ struct HumanReport {
         }
         lines.append("")
         lines.append("Suspect score \(result.suspectScore) (\(result.suspectLevel.rawValue)). Nothing was sent (--no-submit); --json shows the full report.")
+        switch report.identifierKeying {
+        case .apiKey?: lines.append("Identifiers are keyed by the API key.")
+        case .installationSecret?: lines.append("Identifiers are keyed by this installation's secret (state directory): no other installation's reports match them.")
+        case .perRun?: lines.append("Identifiers are keyed for this run only (no usable state directory): they match no other run.")
+        case nil: break
+        }
         return lines.joined(separator: "\n") + "\n"
     }
 

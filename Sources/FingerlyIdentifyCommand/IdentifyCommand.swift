@@ -8,7 +8,8 @@ import FoundationEssentials
 struct IdentifyCommand {
     static let flags: Set<String> = ["no-submit", "json", "help", "version"]
     static let options: Set<String> = ["tiers", "budget-ms", "concurrency", "tag", "root", "policy", "ignore",
-                                       "fail-on", "api-key", "timeout-ms", "probe-timeout-ms", "check-tls", "pin"]
+                                       "fail-on", "api-key", "timeout-ms", "probe-timeout-ms", "check-tls", "pin",
+                                       "state-dir", "free-text"]
 
     struct FailOn: Equatable {
         let verdict: VerdictName
@@ -26,6 +27,10 @@ struct IdentifyCommand {
     var failOn: [FailOn] = []
     var apiKey: String?
     var pinChecks: [TLSPinCheck] = []
+    /// nil: the library's default (systemd's, root's or the user's state directory).
+    var stateDirectory: String?
+    /// nil: what the policy says.
+    var freeText: FreeTextHandling?
 
     init(_ arguments: ParsedArguments, environment: [String: String]) throws(UsageError) {
         noSubmit = arguments.has("no-submit")
@@ -45,6 +50,16 @@ struct IdentifyCommand {
         ignore = Set(arguments.list("ignore") ?? [])
         failOn = try Self.parseFailOn(arguments.list("fail-on") ?? [])
         apiKey = arguments["api-key"] ?? environment["FINGERLY_API_KEY"]
+        if let directory = arguments["state-dir"] {
+            guard directory.hasPrefix("/") else { throw UsageError("--state-dir needs an absolute path, got '\(directory)'") }
+            stateDirectory = directory
+        }
+        if let text = arguments["free-text"] {
+            guard let handling = FreeTextHandling(rawValue: text) else {
+                throw UsageError("--free-text must be \(FreeTextHandling.allCases.map(\.rawValue).joined(separator: " or ")), got '\(text)'")
+            }
+            freeText = handling
+        }
         let pins = arguments.list("pin") ?? []
         for target in arguments.list("check-tls") ?? [] {
             guard let colon = target.lastIndex(of: ":"), let port = Int(target[target.index(after: colon)...]),
@@ -97,8 +112,11 @@ struct IdentifyCommand {
             return .dataError
         }
         let policy: Policy?
+        let freeText: FreeTextHandling
         do {
             policy = try policyPath.map { path throws(PolicyError) in try Policy.load(contentsOf: path) }
+            let policyFreeText = try policyPath.map { path throws(PolicyError) in try FreeTextHandling.fromPolicy(contentsOf: path) }
+            freeText = self.freeText ?? policyFreeText ?? .fingerprint
         } catch {
             io.standardError("fingerly-identify: invalid policy: \(error)\n")
             return .dataError
@@ -109,7 +127,9 @@ struct IdentifyCommand {
             // Running the command is the operator's consent to read this host.
             fingerly = try Fingerly.load(apiKey: apiKey, schedule: schedule, consent: .granted,
                                          options: CollectionOptions(root: root, attributesToIgnore: ignore, policy: policy,
-                                                                     tlsPinChecks: pinChecks))
+                                                                     tlsPinChecks: pinChecks,
+                                                                     stateDirectory: stateDirectory ?? CollectionOptions.defaultStateDirectory(environment: io.environment),
+                                                                     freeText: freeText))
         } catch {
             io.standardError("fingerly-identify: \(error)\n")
             return .usage

@@ -19,7 +19,7 @@ import Testing
 
     private func udev(_ recordings: [String]) throws -> [String: [String: Any]] {
         try #require(DeviceFixtures.umockdevAvailable, "umockdev-run is missing: scripts/install-deps --test installs it")
-        return try signals(try DeviceFixtures.runUnderUmockdev(recordings, ["--no-submit", "--json", "--tiers", "deferred"]))
+        return try signals(try DeviceFixtures.runUnderUmockdev(recordings, ["--no-submit", "--json", "--tiers", "deferred", "--free-text", "keep"]))
     }
 
     @Test func laptopWithNVMeUSBHubAndWebcam() throws {
@@ -34,7 +34,7 @@ import Testing
         #expect(usb.contains { $0.hasPrefix("1-3.1 04f2:b6dd bus 1 port 3.1 removable=fixed 'Integrated Camera'") })
         #expect((found["pci"]?["pci.devices"] as? [String])?.contains("0000:04:00.0 144d:a80a sub 144d:a801 class 010802 driver nvme") == true)
         #expect(found["net"]?["net.interfaces"] as? [String] == ["wlp0s20f3 driver=iwlwifi bus=pci virtual=false"])
-        #expect(found["net"]?["net.ouis"] as? [String] == ["3c:a9:f4"])
+        #expect(found["net"]?["net.nic_vendor_classes"] as? [String] == ["physical-or-unknown"])
         #expect((found["net"]?["net.permanent_macs"] as? [String])?.count == 1)
         #expect(found["input"]?["input.devices"] as? [String] == ["input0 'AT Translated Set 2 keyboard' bus=serio 0001:0001 physical=true"])
         #expect(found["drm"]?["drm.gpus"] as? [String] == ["card0 8086:9a49 driver=i915"])
@@ -56,7 +56,7 @@ import Testing
         #expect(interfaces.contains("eno1 driver=ixgbe bus=pci virtual=false") && interfaces.contains("eno2 driver=ixgbe bus=pci virtual=false"))
         #expect(Set(found["net"]?["net.virtual_interfaces"] as? [String] ?? []) == ["docker0", "lo", "veth1a2b3c"])
         #expect((found["net"]?["net.permanent_macs"] as? [String])?.count == 2)
-        #expect(found["net"]?["net.ouis"] as? [String] == ["a0:36:9f"])
+        #expect(found["net"]?["net.nic_vendor_classes"] as? [String] == ["physical-or-unknown"])
         let inputs = try #require(found["input"]?["input.devices"] as? [String])
         #expect(inputs.contains { $0.contains("'American Megatrends Inc. Virtual Keyboard and Mouse' bus=usb 046b:ff10 physical=true") })
         #expect(found["input"]?["input.virtual_devices"] as? [String] == ["py-evdev-uinput"])

@@ -5,7 +5,7 @@ import Testing
 /// The one place the live host is read: assert only what the test can know independently.
 @Suite struct LiveHostTests {
     @Test func liveRunAgreesWithWhatTheTestCanSeeItself() throws {
-        let run = try runCLI(["--no-submit", "--json", "--tiers", "fast"])
+        let run = try runCLI(["--no-submit", "--json", "--tiers", "fast", "--api-key", "live-test"])
         #expect(run.status == 0, "\(run.standardError)")
         let json = try run.json()
         let report = try #require(json["report"] as? [String: Any])
@@ -38,7 +38,7 @@ import Testing
         if let machineId = try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),
            machineId.count == 32 {
             #expect(!run.standardOutput.contains(machineId))
-            #expect(signals["machine.machine_id"] as? String == IdentifierHasher(apiKey: nil).hash(machineId))
+            #expect(signals["machine.machine_id"] as? String == IdentifierHasher(apiKey: "live-test").hash(machineId))
         }
         let environmentHasPreload = ProcessInfo.processInfo.environment["LD_PRELOAD"] != nil
         let verdicts = try #require(json["verdicts"] as? [String: [String: Any]])

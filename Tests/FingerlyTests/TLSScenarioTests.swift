@@ -27,7 +27,7 @@ import Testing
             mount --bind "$T/local" /usr/local/share/ca-certificates
             mount --bind "$T/ca-certificates.conf" /etc/ca-certificates.conf
             \(setup)
-            exec "$CLI" --no-submit --json --tiers all
+            exec "$CLI" --no-submit --json --tiers all --free-text keep
             """
         return try runProcess("/usr/bin/unshare", ["-m", "/bin/sh", "-c", script, "sh", scratch, TestPaths.cli],
                               environment: environment, removing: environment == nil ? proxyVariables : [])
@@ -81,7 +81,7 @@ import Testing
                 commonNames.append(line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces))
             }
         }
-        let found = try Self.verdicts(try runCLI(["--no-submit", "--json"], removing: Self.proxyVariables))
+        let found = try Self.verdicts(try runCLI(["--no-submit", "--json", "--free-text", "keep"], removing: Self.proxyVariables))
         let mitm = try #require(found["mitm"])
         if commonNames.isEmpty {
             #expect(!mitm.codes.contains("locally_added_root") || !mitm.messages.contains { $0.contains(directory) })

@@ -13,6 +13,13 @@ public struct ProbeCatalogue: Sendable, Codable, Hashable {
         public let `class`: DataClass
         public let stability: String
         public let description: String
+        /// Free text that can name a person (a CA subject, a device name): reported as a
+        /// fingerprint unless the policy's `privacy.freeText` is `keep`.
+        public let personal: Bool?
+        /// For identifiers: roughly how many bits of the raw value an attacker does not know,
+        /// i.e. how hard it is to recover from its hash for someone who holds the key.
+        public let entropyBits: Int?
+        public let entropyNote: String?
     }
 
     public struct ComponentSpec: Sendable, Codable, Hashable {
@@ -122,6 +129,8 @@ struct DetectionTables: Sendable, Codable {
     let ciEnvironmentVariables: [VendorPattern]
     let virtualDisplayProcesses: [String]
     let inputInjectorProcesses: [String]
+    /// MAC prefix (OUI, or shorter) -> the virtual NIC's class ("qemu", "vmware", "docker"…).
+    let nicVendorClasses: [String: String]
 
     static let embedded: DetectionTables = {
         do {

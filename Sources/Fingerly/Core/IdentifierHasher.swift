@@ -1,10 +1,35 @@
 import CCrypto
 
-/// Turns raw identifiers (machine-id, serials, MACs, UUIDs) into HMAC-SHA256 values keyed per
-/// API key: one organisation always sees the same value for a host, two organisations never
-/// see the same one, and nobody can recover the raw identifier.
+/// Which key the identifier hashes of a report were made with.
+public enum IdentifierKeying: String, Sendable, Codable, Hashable {
+    /// The API key: one organisation always sees the same value for a host.
+    case apiKey
+    /// A random secret kept in this installation's state directory: stable across runs here,
+    /// unlinkable to any other installation's reports.
+    case installationSecret
+    /// A random key for this run only, when there is no API key and no usable state directory:
+    /// nothing links two runs.
+    case perRun
+}
+
+/// How free text that can name a person (a local CA's subject, an input device's name) leaves
+/// a probe: the policy's `privacy.freeText`.
+public enum FreeTextHandling: String, Sendable, Codable, Hashable, CaseIterable {
+    /// A keyed fingerprint (`fp:` and 16 hex digits) in place of the text: equal texts still
+    /// compare equal within one keying, and the text itself never reaches the report.
+    case fingerprint
+    /// The text as read: for an operator looking at their own machine.
+    case keep
+}
+
+/// Turns raw identifiers (machine-id, serials, MACs, UUIDs) into HMAC-SHA256 values, and
+/// personal free text into fingerprints, under one key: the API key's when there is one, so
+/// one organisation always sees the same value for a host and two organisations never see the
+/// same one; otherwise a secret of this installation, or of this run.
 struct IdentifierHasher: Sendable {
     private let key: [UInt8]
+    let keying: IdentifierKeying
+    var freeText: FreeTextHandling = .fingerprint
     /// Fetched once: OpenSSL 3 otherwise looks the digest up in its provider tables on every call.
     /// Immutable after the fetch and thread-safe to use.
     nonisolated(unsafe) private static let sha256: OpaquePointer? = {
@@ -14,18 +39,27 @@ struct IdentifierHasher: Sendable {
         return EVP_MD_fetch(nil, "SHA256", nil)
     }()
 
-    /// The key used when no API key was given (a `--no-submit` run): stable on this host,
-    /// but never equal to what any organisation receives.
-    static let localKey = "fingerly-local-no-submit"
-
     /// Starts libcrypto (a few hundred microseconds of table setup) on a thread of its own, so
     /// the first probe that hashes does not wait for it.
     static func warmUp() {
         _ = startDetachedThread { _ = sha256 }
     }
 
-    init(apiKey: String?) {
-        key = Array((apiKey ?? Self.localKey).utf8)
+    init(apiKey: String, freeText: FreeTextHandling = .fingerprint) {
+        key = Array(apiKey.utf8)
+        keying = .apiKey
+        self.freeText = freeText
+    }
+
+    init(secret: [UInt8], keying: IdentifierKeying, freeText: FreeTextHandling = .fingerprint) {
+        key = secret
+        self.keying = keying
+        self.freeText = freeText
+    }
+
+    /// A hasher whose key nobody keeps: identifiers of two such runs cannot be linked.
+    static func perRun(freeText: FreeTextHandling = .fingerprint) -> IdentifierHasher {
+        IdentifierHasher(secret: randomBytes(InstallationSecret.length), keying: .perRun, freeText: freeText)
     }
 
     /// Identifiers are normalised first (white space trimmed, ASCII lower-cased) so that a
@@ -51,5 +85,15 @@ struct IdentifierHasher: Sendable {
             text.append(hex[Int(byte & 0xf)])
         }
         return String(decoding: text, as: UTF8.self)
+    }
+
+    /// Personal free text as the policy wants it in the report. The fingerprint is keyed like
+    /// the identifiers and domain-separated from them, so it never equals an identifier hash;
+    /// 64 bits are plenty to tell texts apart and say nothing more about them.
+    func personal(_ text: String) -> String {
+        switch freeText {
+        case .keep: return text
+        case .fingerprint: return "fp:" + hash("fingerly-free-text-v1\n" + text).prefix(16)
+        }
     }
 }

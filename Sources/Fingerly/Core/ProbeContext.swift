@@ -76,6 +76,11 @@ final class ProbeContext {
     /// The keyed hash of a raw identifier, for signals that list several.
     func hash(_ raw: String) -> String { hasher.hash(raw) }
 
+    /// Free text that can name a person (a CA subject, a device name), as the policy wants it
+    /// reported: a fingerprint unless `privacy.freeText` is `keep`. Such signals are marked
+    /// `personal` in the catalogue.
+    func personal(_ text: String) -> String { hasher.personal(text) }
+
     /// Emits a raw identifier as its keyed hash; the raw value never reaches the report.
     func emitIdentifier(_ signal: String, raw: String) {
         guard wants(signal) else { return }

@@ -38,6 +38,12 @@ public struct SignalReport: Sendable, Codable, Hashable {
     public let probes: [ProbeEntry]
     /// hardwareId and instanceId, derived from the probes' identity components.
     public let identity: HostIdentity
+    /// The key behind every hash and fingerprint in this report: identifiers of two reports
+    /// can only be compared when both name the same keying (and, short of the API key, come
+    /// from one installation).
+    public var identifierKeying: IdentifierKeying?
+    /// Whether free text that can name a person is in clear or fingerprinted.
+    public var freeText: FreeTextHandling?
 
     /// Signals of every probe that produced any, by their dotted names.
     public var signals: [String: SignalValue] {

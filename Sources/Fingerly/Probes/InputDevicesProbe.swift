@@ -13,7 +13,8 @@ struct InputDevicesProbe: Probe {
         var virtual: [String] = []
         // inputN are the devices; eventN/mouseN/jsN are their nodes.
         for device in devices where device.sysname.hasPrefix("input") {
-            let name = device.attributes["name"] ?? device.properties["NAME"]?.trimmingCharacters(in: "\"") ?? "?"
+            // A Bluetooth device's name is often its owner's ("Alice's Keyboard").
+            let name = (device.attributes["name"] ?? device.properties["NAME"]?.trimmingCharacters(in: "\"")).map(context.personal) ?? "?"
             // PRODUCT=bustype/vendor/product/version, for when the id/ attributes are not there.
             let product = device.properties["PRODUCT"]?.split(separator: "/").map { String(repeating: "0", count: max(0, 4 - $0.count)) + $0 }
             let vendor = device.attributes["id/vendor"] ?? product.flatMap { $0.count == 4 ? $0[1] : nil }

@@ -1,7 +1,8 @@
 import CFingerlyShims
 
-/// Network interfaces: driver, bus, virtual or not; permanent MACs hashed, with the OUI kept
-/// as a non-identifying vendor signal.
+/// Network interfaces: driver, bus, virtual or not; permanent MACs hashed, and the class of
+/// each NIC's vendor only where it names a virtual machine's NIC. The OUI itself is never
+/// reported: with it known, a MAC's hash falls to a search of 2^24 values.
 struct NetworkInterfacesProbe: Probe {
     let id = "net"
 
@@ -9,7 +10,7 @@ struct NetworkInterfacesProbe: Probe {
         let devices: [DeviceNode]
         do {
             // The address is only read when a signal that needs it is wanted.
-            let wantsAddress = context.wants("net.permanent_macs") || context.wants("net.ouis")
+            let wantsAddress = context.wants("net.permanent_macs") || context.wants("net.nic_vendor_classes")
             devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "net",
                 attributes: wantsAddress ? ["address", "addr_assign_type", "type"] : ["type"]))
         } catch { throw ProbeFailure(error) }
@@ -17,18 +18,21 @@ struct NetworkInterfacesProbe: Probe {
         var descriptions: [String] = []
         var virtual: [String] = []
         var macs: [String] = []
-        var ouis: [String] = []
+        var vendorClasses: Set<String> = []
         for interface in devices {
             let driver = interface.driver ?? interface.ancestors.first?.driver ?? "-"
             let bus = interface.bus ?? "none"
             let name = Self.displayName(interface.sysname)
             descriptions.append("\(name) driver=\(driver) bus=\(bus) virtual=\(interface.isVirtual)")
             if interface.isVirtual { virtual.append(name); continue }
-            guard interface.attributes["type"] == "1", let mac = Self.permanentAddress(of: interface, live: context.host.isLiveHost),
-                  Self.isUniversal(mac) else { continue }
+            guard interface.attributes["type"] == "1" else { continue }
+            let permanent = Self.permanentAddress(of: interface, live: context.host.isLiveHost)
+            if let address = permanent ?? interface.attributes["address"]?.lowercased(),
+               let vendorClass = Self.vendorClass(of: address, table: context.tables.nicVendorClasses) {
+                vendorClasses.insert(vendorClass)
+            }
+            guard let mac = permanent, Self.isUniversal(mac) else { continue }
             macs.append(name + " " + context.hash(mac))
-            let oui = String(mac.prefix(8))
-            if !ouis.contains(oui) { ouis.append(oui) }
             // A USB adapter comes and goes; only NICs on the machine's own buses identify it.
             if !interface.isBehindUSB {
                 context.contribute(.hardware, "nic", raw: mac, worldReadable: true, signal: "net.permanent_macs")
@@ -37,7 +41,19 @@ struct NetworkInterfacesProbe: Probe {
         context.emit("net.interfaces", descriptions)
         context.emit("net.virtual_interfaces", virtual)
         if context.wants("net.permanent_macs") { context.emit("net.permanent_macs", macs) }
-        context.emit("net.ouis", ouis.sorted())
+        context.emit("net.nic_vendor_classes", vendorClasses.sorted())
+    }
+
+    /// The table's class for the longest prefix that matches; else `locally-administered`
+    /// (cloud and container NICs make up their own addresses) or `physical-or-unknown`.
+    static func vendorClass(of mac: String, table: [String: String]) -> String? {
+        let octets = mac.split(separator: ":")
+        guard octets.count == 6, octets.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isHexDigit) }),
+              let first = UInt8(octets[0], radix: 16), mac != "00:00:00:00:00:00" else { return nil }
+        for length in stride(from: 3, through: 1, by: -1) {
+            if let vendorClass = table[octets.prefix(length).joined(separator: ":")] { return vendorClass }
+        }
+        return first & 0b10 != 0 ? "locally-administered" : "physical-or-unknown"
     }
 
     /// The burned-in address: ethtool's permanent address on the live host (it survives a

@@ -130,7 +130,7 @@ struct TrustStoreProbe: Probe {
         if let store = TrustStore.read(context) {
             context.emit("tls.trust_store_certificates", store.trustedCount)
             context.emit("tls.packaged_roots", store.packagedCount)
-            context.emit("tls.local_roots", store.localRoots.map { "\($0.certificate.subject) (\($0.source))" })
+            context.emit("tls.local_roots", store.localRoots.map { "\(context.personal($0.certificate.subject)) (\($0.source))" })
             var impersonating: [String] = []
             var interception: [String] = []
             var products: [String] = []
@@ -141,7 +141,7 @@ struct TrustStoreProbe: Probe {
                 }
                 let names = (certificate.subject + " " + certificate.issuer).lowercased()
                 if let row = context.tables.interceptionCAs.first(where: { names.contains($0.pattern.lowercased()) }) {
-                    interception.append("\(row.product) (\(row.category)): \(certificate.subject)")
+                    interception.append("\(row.product) (\(row.category)): \(context.personal(certificate.subject))")
                     if !products.contains(row.product) { products.append(row.product) }
                 }
             }
