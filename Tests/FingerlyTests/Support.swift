@@ -18,6 +18,13 @@ enum TestPaths {
     /// The CLI as `swift build` left it.
     static let cli: String = packageRoot + "/.build/debug/fingerly-identify"
 
+    /// One state directory for every CLI run of this test process.
+    static let stateDirectory: String = {
+        let path = NSTemporaryDirectory() + "fingerly-state-\(getpid())"
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        return path
+    }()
+
     static func temporaryDirectory(_ label: String) throws -> String {
         let path = NSTemporaryDirectory() + "fingerly-\(label)-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
@@ -122,7 +129,10 @@ func runProcess(_ executable: String, _ arguments: [String], environment: [Strin
 
 /// Runs the built CLI.
 func runCLI(_ arguments: [String], environment: [String: String]? = nil, removing: [String] = []) throws -> ProcessOutput {
-    try runProcess(TestPaths.cli, arguments, environment: environment, removing: removing)
+    var env = environment ?? ProcessInfo.processInfo.environment
+    // The collector keeps its per-installation key in a state directory; the tests' own, not the machine's.
+    if env["STATE_DIRECTORY"] == nil { env["STATE_DIRECTORY"] = TestPaths.stateDirectory }
+    return try runProcess(TestPaths.cli, arguments, environment: env, removing: removing)
 }
 
 final class Locked<Value>: @unchecked Sendable {
