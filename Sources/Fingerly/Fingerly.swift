@@ -14,6 +14,10 @@ public struct ScheduleOptions: Sendable, Hashable {
     /// instrumented hosts (valgrind, emulation) where the catalogue's figures are too tight.
     public var sourceTimeoutOverrideMs: Int?
 
+    /// Budgets and timeouts above a day are clamped to it: nobody waits that long, and the
+    /// scheduler's deadline arithmetic stays far from overflow.
+    static let longestMs = 86_400_000
+
     public init(budgetMs: Int = 1200, defaultSourceTimeoutMs: Int = 250, concurrency: Int = 4,
                 tiers: Set<Tier> = Set(Tier.allCases), sourceTimeoutOverrideMs: Int? = nil) {
         self.budgetMs = budgetMs
@@ -145,6 +149,13 @@ public final class Fingerly: Sendable {
             throw .invalidConfiguration("defaultSourceTimeoutMs must be positive, got \(schedule.defaultSourceTimeoutMs)")
         }
         guard schedule.concurrency > 0 else { throw .invalidConfiguration("concurrency must be at least 1, got \(schedule.concurrency)") }
+        if let override = schedule.sourceTimeoutOverrideMs, override <= 0 {
+            throw .invalidConfiguration("sourceTimeoutOverrideMs must be positive, got \(override)")
+        }
+        var schedule = schedule
+        schedule.budgetMs = min(schedule.budgetMs, ScheduleOptions.longestMs)
+        schedule.defaultSourceTimeoutMs = min(schedule.defaultSourceTimeoutMs, ScheduleOptions.longestMs)
+        schedule.sourceTimeoutOverrideMs = schedule.sourceTimeoutOverrideMs.map { min($0, ScheduleOptions.longestMs) }
         let filter = AttributeFilter(ignored: options.attributesToIgnore)
         let unknown = filter.unknownAttributes(in: .embedded)
         guard unknown.isEmpty else {
@@ -191,12 +202,14 @@ public final class Fingerly: Sendable {
         let selected = tiers ?? schedule.tiers
         // The budget counts from the caller's request, not from when the scheduler got going.
         let requestedAt = monotonicMilliseconds()
+        // Before any thread starts: a tracer that then stalls every probe is still named.
+        let start = CollectorStart.observe(HostFileSystem(root: options.root))
         return await withCheckedContinuation { continuation in
             // The coordinator blocks on a semaphore; keep it off the cooperative pool.
             let started = startDetachedThread {
-                continuation.resume(returning: self.collectBlocking(tag: tag, tiers: selected, startedAt: requestedAt))
+                continuation.resume(returning: self.collectBlocking(tag: tag, tiers: selected, startedAt: requestedAt, start: start))
             }
-            if !started { continuation.resume(returning: self.collectBlocking(tag: tag, tiers: selected, startedAt: requestedAt)) }
+            if !started { continuation.resume(returning: self.collectBlocking(tag: tag, tiers: selected, startedAt: requestedAt, start: start)) }
         }
     }
 
@@ -234,17 +247,24 @@ public final class Fingerly: Sendable {
     }
 
     func collectBlocking(tag: String?, tiers: Set<Tier>, startedAt started: Double = monotonicMilliseconds(),
-                         log: HostAccessLog? = nil, only probeIds: Set<String>? = nil) -> SignalReport {
+                         log: HostAccessLog? = nil, only probeIds: Set<String>? = nil, start: CollectorStart? = nil) -> SignalReport {
         fingerlyCollectEntry()
         let hasher = identifierHasher()
         var environment = ProbeEnvironment(host: HostFileSystem(root: options.root, log: log), tables: .embedded,
                                            filter: filter, hasher: hasher)
         environment.pinChecks = options.tlsPinChecks
+        let start = start ?? CollectorStart.observe(environment.host)
         var jobs: [ScheduledProbe] = []
         var ignored: [ProbeEntry] = []
+        var collector: ProbeCatalogue.Entry?
         for probe in probes {
-            guard let entry = catalogue.entry(probe.id), tiers.contains(entry.tier),
-                  probeIds?.contains(probe.id) ?? true else { continue }
+            guard let entry = catalogue.entry(probe.id), probeIds?.contains(probe.id) ?? true else { continue }
+            // Whatever the tiers, a starved run is evidence; the collector entry is built below.
+            if probe.id == CollectorProbe.probeId {
+                collector = entry
+                continue
+            }
+            guard tiers.contains(entry.tier) else { continue }
             let job = ScheduledProbe(probe: probe, tier: entry.tier,
                                      timeoutMs: schedule.sourceTimeoutOverrideMs ?? entry.timeoutMs ?? schedule.defaultSourceTimeoutMs)
             if filter.ignores(probe: entry) {
@@ -259,11 +279,25 @@ public final class Fingerly: Sendable {
         }
         let order = Dictionary(uniqueKeysWithValues: probes.enumerated().map { ($0.element.id, $0.offset) })
         let identity = HostIdentity.derive(from: entries.flatMap(\.identityComponents), hasher: hasher)
+        let elapsedMs = monotonicMilliseconds() - started
+        var unscheduled = ignored
+        if let collector {
+            if filter.ignores(probe: collector) {
+                unscheduled.append(ProbeEntry(id: collector.id, tier: collector.tier, status: .skipped, durationMs: 0,
+                                          detail: "ignored by request (attributesToIgnore)", issues: [], signals: [:], identityComponents: []))
+            } else {
+                let context = ProbeContext(host: environment.host, tables: environment.tables, filter: filter, hasher: hasher)
+                start.emit(into: context)
+                CollectorRun(entries: entries, budgetMs: schedule.budgetMs, elapsedMs: elapsedMs).emit(into: context)
+                unscheduled.append(ProbeEntry(id: collector.id, tier: collector.tier, status: .ok, durationMs: 0, detail: nil,
+                                          issues: [], signals: context.signals, identityComponents: []))
+            }
+        }
         return SignalReport(schemaVersion: SignalReport.currentSchemaVersion, collectorVersion: Fingerly.version,
                             collectedAt: Date(), tag: tag, root: environment.host.root,
                             tiers: tiers.sorted(), budgetMs: schedule.budgetMs,
-                            elapsedMs: (monotonicMilliseconds() - started).roundedToMicroseconds,
-                            probes: (entries + ignored).sorted { order[$0.id, default: 0] < order[$1.id, default: 0] },
+                            elapsedMs: elapsedMs.roundedToMicroseconds,
+                            probes: (entries + unscheduled).sorted { order[$0.id, default: 0] < order[$1.id, default: 0] },
                             identity: identity, identifierKeying: hasher.keying, freeText: hasher.freeText)
     }
 

@@ -94,6 +94,10 @@ import Testing
         "machine_id_not_initialised": (.farm, ["machine.machine_id_state": .string("uninitialized")], nil),
         "machine_id_malformed": (.farm, ["machine.machine_id_state": .string("malformed")], nil),
         "dmi_uuid_placeholder": (.farm, ["machine.dmi_product_uuid_state": .string("placeholder")], nil),
+        "early_tracer_pid": (.debugger, ["collector.early_tracer_pid": .int(42), "collector.early_tracer_comm": .string("strace")], nil),
+        // The starvation rules sit in both debugger and instrumentation, under one id.
+        "collector_starved": (.debugger, ["collector.unfinished_percent": .int(80), "collector.budget_used_percent": .int(103)], nil),
+        "collector_overran": (.debugger, ["collector.budget_used_percent": .int(310), "collector.unfinished_percent": .int(10)], nil),
     ]
 
     @Test func everyShippedRuleHasACase() {
@@ -125,6 +129,8 @@ import Testing
         // The generation counter is a VM device as well as a clone hint.
         case "vm_generation_counter_hint": [.virtualization]
         case "code_breakpoint": []
+        // A starved collector is no evidence against either.
+        case "collector_starved", "collector_overran": [.instrumentation]
         default: []
         }
         for (other, otherVerdict) in verdicts where other != verdictName {

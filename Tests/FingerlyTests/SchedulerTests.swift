@@ -162,3 +162,87 @@ func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
         #expect(await offPool { Scheduler(budgetMs: 1000, concurrency: 2).run([], in: environment()) }.isEmpty)
     }
 }
+
+/// A probe that blocks until its gate opens or a few seconds pass, as a probe does whose
+/// process is stopped by a tracer at every call.
+struct BlockedProbe: Probe {
+    let id: String
+    let gate: DispatchSemaphore
+
+    func collect(into context: ProbeContext) throws(ProbeFailure) {
+        _ = gate.wait(timeout: .now() + .seconds(5))
+        context.emit("test.unreachable", true)
+    }
+}
+
+@Suite struct StarvationTests {
+    /// Every probe of the registry replaced by one that never finishes in time: the collector
+    /// entry (when there is one) is what still speaks.
+    static func starvedFingerly(gate: DispatchSemaphore, budgetMs: Int) -> Fingerly {
+        let probes: [any Probe] = ProbeRegistry.builtIn.map { $0.id == "collector" ? $0 : BlockedProbe(id: $0.id, gate: gate) }
+        return Fingerly(apiKey: "k", endpoint: nil,
+                        schedule: ScheduleOptions(budgetMs: budgetMs, concurrency: 4, tiers: [.fast]),
+                        consent: .granted, options: CollectionOptions(), filter: .none, logger: nil, probes: probes)
+    }
+
+    @Test func aCollectorWhoseProbesAllBlockIsNotReportedClean() async throws {
+        let gate = DispatchSemaphore(value: 0)
+        defer { for _ in 0..<64 { gate.signal() } }
+        let result = try await Self.starvedFingerly(gate: gate, budgetMs: 150).identify(submit: false)
+        let signals = result.report.signals
+        #expect(signals["collector.unfinished_percent"] == .int(100), "\(signals.filter { $0.key.hasPrefix("collector.") })")
+        guard case .int(let used)? = signals["collector.budget_used_percent"] else {
+            Issue.record("no collector.budget_used_percent"); return
+        }
+        #expect(used >= 100)
+        for name in [VerdictName.debugger, .instrumentation] {
+            let verdict = try #require(result.verdicts[name])
+            #expect(verdict.value, "\(name) came back false on a starved collector")
+            #expect(verdict.reasons.contains { $0.code == "collector_starved" && $0.message.contains("100%") }, "\(verdict.reasons)")
+        }
+        #expect(result.suspectLevel == .medium || result.suspectLevel == .high, "suspect \(result.suspectScore) \(result.suspectLevel)")
+        #expect(result.report.probes.contains { $0.id == "collector" && $0.status == .ok })
+    }
+
+    @Test func runFiguresAreShareOfUnfinishedProbesAndOfTheBudgetUsed() {
+        func entry(_ id: String, _ status: ProbeStatus, _ detail: String? = nil) -> ProbeEntry {
+            ProbeEntry(id: id, tier: .fast, status: status, durationMs: 0, detail: detail, issues: [], signals: [:], identityComponents: [])
+        }
+        let entries = [entry("a", .ok), entry("b", .timeout), entry("c", .timeout), entry("d", .absent),
+                       entry("e", .error, Scheduler.threadStartFailure), entry("f", .error, "EIO")]
+        let figures = CollectorRun(entries: entries, budgetMs: 1000, elapsedMs: 3021.7)
+        #expect(figures.unfinishedPercent == 50)
+        #expect(figures.budgetUsedPercent == 302)
+        // A run the kernel stopped for longer than Int can count still yields a figure, not a trap.
+        #expect(CollectorRun(entries: [], budgetMs: 1, elapsedMs: .greatestFiniteMagnitude).budgetUsedPercent == CollectorRun.percentCeiling)
+        #expect(CollectorRun(entries: [], budgetMs: 1, elapsedMs: .nan).budgetUsedPercent == CollectorRun.percentCeiling)
+        #expect(CollectorRun(entries: [], budgetMs: 1000, elapsedMs: 10).unfinishedPercent == 0)
+    }
+}
+
+@Suite struct HugeScheduleTests {
+    /// A budget and a timeout near Int.max used to overflow the scheduler's wait (SIGILL).
+    @Test func aHugeBudgetAndTimeoutDoNotTrap() async {
+        let tracker = RunTracker()
+        let jobs = [ScheduledProbe(probe: SleepingProbe(id: "p", sleepMs: 1, tracker: tracker), tier: .fast, timeoutMs: .max)]
+        let entries = await offPool { Scheduler(budgetMs: .max, concurrency: 1).run(jobs, in: environment()) }
+        #expect(entries.map(\.status) == [.ok])
+    }
+
+    @Test func theLibraryRejectsNegativeAndClampsAbsurdSchedules() async throws {
+        #expect(throws: FingerlyError.self) {
+            try Fingerly.load(apiKey: nil, schedule: ScheduleOptions(sourceTimeoutOverrideMs: -5), consent: .granted)
+        }
+        #expect(throws: FingerlyError.self) {
+            try Fingerly.load(apiKey: nil, schedule: ScheduleOptions(budgetMs: -1), consent: .granted)
+        }
+        let fingerly = try Fingerly.load(apiKey: nil, schedule: ScheduleOptions(budgetMs: .max, defaultSourceTimeoutMs: .max,
+                                                                                 tiers: [.fast], sourceTimeoutOverrideMs: .max),
+                                         consent: .granted, options: CollectionOptions(root: TestPaths.fixture("kvm-qemu")))
+        #expect(fingerly.schedule.budgetMs == ScheduleOptions.longestMs)
+        #expect(fingerly.schedule.sourceTimeoutOverrideMs == ScheduleOptions.longestMs)
+        let result = try await fingerly.identify(submit: false)
+        #expect(result.report.budgetMs == ScheduleOptions.longestMs)
+        #expect(try result.probe("os").status == .ok)
+    }
+}

@@ -63,5 +63,6 @@ enum ProbeRegistry {
         CodeIntegrityProbe(),
         ListeningSocketsProbe(),
         ProcessScanProbe(),
+        CollectorProbe(),
     ]
 }

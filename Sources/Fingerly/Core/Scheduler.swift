@@ -27,6 +27,11 @@ struct Scheduler: Sendable {
     let budgetMs: Int
     let concurrency: Int
 
+    static let threadStartFailure = "could not start a thread for the probe"
+    /// The longest single wait on the semaphore. Deadlines are rechecked after each wake-up, so a
+    /// cap only costs an extra loop on absurd schedules, and keeps the microsecond count an Int.
+    static let longestWaitMs = 60_000.0
+
     /// - Parameter startedAt: when the caller's budget began (monotonic ms); defaults to now.
     func run(_ jobs: [ScheduledProbe], in environment: ProbeEnvironment, startedAt: Double = monotonicMilliseconds()) -> [ProbeEntry] {
         let budgetDeadline = startedAt + Double(budgetMs)
@@ -55,13 +60,13 @@ struct Scheduler: Sendable {
                 }
                 if !started {
                     running[index] = nil
-                    entries[index] = job.entry(.error, durationMs: 0, detail: "could not start a thread for the probe")
+                    entries[index] = job.entry(.error, durationMs: 0, detail: Self.threadStartFailure)
                 }
             }
             if running.isEmpty && pending.isEmpty { break }
 
             let nextDeadline = running.values.map(\.deadline).min().map { min($0, budgetDeadline) } ?? budgetDeadline
-            let waitMs = max(0, nextDeadline - monotonicMilliseconds())
+            let waitMs = min(max(0, nextDeadline - monotonicMilliseconds()), Self.longestWaitMs)
             _ = wakeUp.wait(timeout: .now() + .microseconds(Int(waitMs * 1000)))
 
             let arrived: [Int: ProbeEntry] = finished.withLock { done in
