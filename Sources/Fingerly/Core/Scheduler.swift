@@ -45,7 +45,8 @@ struct Scheduler: Sendable {
                 let startedAt = monotonicMilliseconds()
                 running[index] = (startedAt, startedAt + Double(job.timeoutMs))
                 let started = startDetachedThread {
-                    let entry = Self.execute(job, in: environment, startedAt: startedAt)
+                    let entry = Self.execute(job, in: environment, startedAt: startedAt,
+                                             deadline: min(startedAt + Double(job.timeoutMs), budgetDeadline))
                     finished.withLock { $0[index] = entry }
                     wakeUp.signal()
                 }
@@ -91,9 +92,10 @@ struct Scheduler: Sendable {
         return jobs.indices.compactMap { entries[$0] }
     }
 
-    private static func execute(_ job: ScheduledProbe, in environment: ProbeEnvironment, startedAt: Double) -> ProbeEntry {
+    private static func execute(_ job: ScheduledProbe, in environment: ProbeEnvironment, startedAt: Double, deadline: Double) -> ProbeEntry {
         let context = ProbeContext(host: environment.host, tables: environment.tables,
                                    filter: environment.filter, hasher: environment.hasher, pinChecks: environment.pinChecks)
+        context.deadline = deadline
         var status: ProbeStatus
         var detail: String?
         do {
