@@ -13,6 +13,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,7 +364,7 @@ static int pin_listed(const char *pins, const char *pin) {
 struct verification {
     int path_error;   // no signed path from the leaf to a pinned key: first such error
     int host_error;   // the path holds, but the leaf is not for this host
-    int time_error;   // the path holds, but a certificate on it is out of its validity
+    int time_error;   // the path holds, but a certificate on it is out of date or not for TLS servers
 };
 
 static int note_verification_error(int ok, X509_STORE_CTX *context) {
@@ -377,6 +378,8 @@ static int note_verification_error(int ok, X509_STORE_CTX *context) {
         break;
     case X509_V_ERR_CERT_NOT_YET_VALID:
     case X509_V_ERR_CERT_HAS_EXPIRED:
+    // A signed path with the wrong key usage is the pinned key holder's mistake, not an interceptor's.
+    case X509_V_ERR_INVALID_PURPOSE:
         if (!found->time_error) found->time_error = error;
         break;
     default:

@@ -65,7 +65,7 @@ final class TLSTestServer {
 
     init(_ pki: TestPKI, leaf: String, extra: [String]) throws {
         let log = pki.path("server-\(UUID().uuidString).log")
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         var arguments = ["s_server", "-accept", "127.0.0.1:0", "-www", "-cert", pki.path(leaf + ".crt"), "-key", pki.path(leaf + ".key")]
         if !extra.isEmpty { arguments += ["-cert_chain", try pki.chain(extra)] }
@@ -168,8 +168,13 @@ final class LoopbackListener: @unchecked Sendable {
 
     /// What the clients sent, once the first connection has ended (or after `seconds`).
     func captured(waitingUpTo seconds: Double = 10) -> Data {
-        _ = finished.wait(timeout: .now() + seconds)
+        _ = connectionEnded(within: seconds)
         return received.value
+    }
+
+    /// Whether a client's connection ended (it closed its socket, or died) within `seconds`.
+    func connectionEnded(within seconds: Double) -> Bool {
+        finished.wait(timeout: .now() + seconds) == .success
     }
 
     var connectionCount: Int { connections.value }
@@ -370,5 +375,16 @@ final class LoopbackListener: @unchecked Sendable {
         #expect(outcome.kind == .unconfirmed && outcome.line.contains("does not fit"), "\(outcome)")
         #expect(proxy.captured(waitingUpTo: 0.5).isEmpty)
         #expect(proxy.connectionCount == 0)
+    }
+
+    @Test func aCheckGivenUpAtItsDeadlineClosesItsSocket() throws {
+        // What a thread abandoned by the scheduler does when it comes back: give up by the deadline and close.
+        let listener = try LoopbackListener(.silent)
+        let check = TLSPinCheck(host: "127.0.0.1", port: listener.port, pins: [Self.anyPin])
+        let outcome = TLSPinCheckProbe.run(check, proxy: nil, deadline: monotonicMilliseconds() + 300)
+        #expect(outcome.kind == .unconfirmed && outcome.reason.contains("timed out"), "\(outcome)")
+        // This process lives on: the listener sees the connection end only because the check closed its socket.
+        #expect(listener.connectionEnded(within: 10))
+        #expect(listener.connectionCount == 1)
     }
 }
