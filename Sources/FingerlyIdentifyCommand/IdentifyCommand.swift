@@ -64,15 +64,26 @@ struct IdentifyCommand {
         for target in arguments.list("check-tls") ?? [] {
             guard let colon = target.lastIndex(of: ":"), let port = Int(target[target.index(after: colon)...]),
                   (1...65535).contains(port), colon != target.startIndex else {
-                throw UsageError("--check-tls: '\(target)' is not HOST:PORT")
+                throw UsageError("--check-tls: '\(Self.shown(target))' is not HOST:PORT (an IPv6 address in brackets: [::1]:443)")
             }
+            // The host goes into a CONNECT request, SNI and the resolver: nothing outside RFC 3986 gets that far.
+            if let problem = TLSPinCheck.hostProblem(String(target[..<colon])) { throw UsageError("--check-tls: \(problem)") }
             guard !pins.isEmpty else { throw UsageError("--check-tls needs --pin sha256/BASE64 (the expected SPKI hash)") }
-            pinChecks.append(TLSPinCheck(host: String(target[..<colon]), port: port, pins: pins))
+            let check = TLSPinCheck(host: String(target[..<colon]), port: port, pins: pins)
+            if let problem = TLSPinCheck.pinsProblem(check.pins) { throw UsageError("--pin: \(problem)") }
+            pinChecks.append(check)
         }
         if !pins.isEmpty && pinChecks.isEmpty { throw UsageError("--pin goes with --check-tls HOST:PORT") }
         if !arguments.positionals.isEmpty {
             throw UsageError("unexpected argument '\(arguments.positionals[0])'")
         }
+    }
+
+    /// Command-line text as an error message may echo it: printable ASCII, the rest escaped, cut short.
+    static func shown(_ text: String) -> String {
+        let scalars = text.unicodeScalars
+        let shown = scalars.prefix(80).map { (0x20..<0x7f).contains($0.value) && $0 != "\\" ? String($0) : $0.escaped(asASCII: true) }.joined()
+        return scalars.count > 80 ? shown + "…" : shown
     }
 
     static func parseTiers(_ names: [String]) throws(UsageError) -> Set<Tier> {

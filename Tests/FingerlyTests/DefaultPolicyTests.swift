@@ -41,6 +41,7 @@ import Testing
         "ld_audit": (.tampering, ["loader.ld_audit": .string("/tmp/audit.so")], nil),
         "ld_preload": (.tampering, ["loader.ld_preload": .string("/tmp/hook.so")], nil),
         "pin_mismatch": (.mitm, ["tls.pin_mismatches": .strings(["example.org:443 presented 'CN=example.org' issued by 'CN=Evil'"])], nil),
+        "pin_unconfirmed": (.mitm, ["tls.pin_unconfirmed": .strings(["example.org:443: could not confirm the pin: the TLS handshake failed"])], nil),
         "impersonating_root": (.mitm, ["tls.impersonating_roots": .strings(["CN=ISRG Root X1 (a packaged root's name with a different key)"])], nil),
         "interception_tool_ca": (.mitm, ["tls.interception_cas": .strings(["mitmproxy (interception tool): CN=mitmproxy"]), "tls.interception_product": .string("mitmproxy")], "mitmproxy"),
         "corporate_inspection_ca": (.mitm, ["tls.interception_cas": .strings(["Zscaler (corporate TLS inspection): CN=Zscaler Root CA"]), "tls.interception_product": .string("Zscaler")], "Zscaler"),

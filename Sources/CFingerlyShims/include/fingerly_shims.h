@@ -68,11 +68,34 @@ size_t fingerly_certificate_fingerprints(const char *pem, size_t length, char *b
 size_t fingerly_scan_trusted_certificates(const char *pem, size_t length, const char *packaged_fingerprints,
                                           char *buffer, size_t capacity);
 
-/// Opens TLS to host:port (through an HTTP CONNECT proxy when proxy_host is given) without
-/// verifying, and describes the presented chain: one line per certificate,
-/// "sha256-fingerprint\tSPKI-sha256-base64\tsubject\tissuer" (RFC 2253 names).
-/// Returns 0, -1 when no connection, -2 when the proxy refused, -3 when the handshake failed.
-int fingerly_tls_peer_chain(const char *host, const char *port, const char *proxy_host, const char *proxy_port,
-                            int timeout_ms, char *buffer, size_t capacity);
+/// What fingerly_tls_pin_check found.
+enum fingerly_pin_outcome {
+    /// A chain of verified signatures runs from the leaf, valid for the host, up to a pinned key.
+    FINGERLY_PIN_CONFIRMED = 0,
+    /// The handshake completed but no verified path leads from the leaf to a pinned key.
+    FINGERLY_PIN_MISMATCH = 1,
+    /// The path to a pinned key holds, but the leaf is not for this host or a certificate is out of date.
+    FINGERLY_PIN_NOT_VALID = 2,
+    FINGERLY_PIN_NO_CONNECTION = -1,
+    FINGERLY_PIN_PROXY_REFUSED = -2,
+    FINGERLY_PIN_HANDSHAKE_FAILED = -3,
+    FINGERLY_PIN_NO_CERTIFICATE = -4,
+    FINGERLY_PIN_TIMED_OUT = -5,
+    /// Nothing was sent: the host or port is not valid, or the CONNECT request does not fit.
+    FINGERLY_PIN_INVALID_REQUEST = -6,
+    FINGERLY_PIN_NO_ADDRESS = -7,
+    /// The verification itself could not run (out of memory).
+    FINGERLY_PIN_VERIFICATION_FAILED = -8,
+};
+
+/// Opens TLS to host:port (an RFC 3986 host; an IPv6 literal in brackets), through an HTTP CONNECT
+/// proxy when proxy_host is given, and checks the presented chain against `pins` (SPKI SHA-256,
+/// base64, one a line). Connecting, resolving, the proxy exchange and the handshake all end within
+/// timeout_ms; the socket and TLS state are freed on every path. Describes the presented chain in
+/// `chain`, one line per certificate, "sha256-fingerprint\tSPKI-sha256-base64\tsubject\tissuer"
+/// (RFC 2253 names), and says why in `detail`. Returns a fingerly_pin_outcome.
+int fingerly_tls_pin_check(const char *host, const char *port, const char *proxy_host, const char *proxy_port,
+                           const char *pins, int timeout_ms, char *chain, size_t chain_capacity,
+                           char *detail, size_t detail_capacity);
 
 #endif

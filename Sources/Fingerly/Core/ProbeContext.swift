@@ -5,6 +5,9 @@ final class ProbeContext {
     let tables: DetectionTables
     /// TLS endpoints the caller asked to check (--check-tls).
     let pinChecks: [TLSPinCheck]
+    /// When the scheduler abandons this probe (monotonic ms): work that can wait on the network
+    /// must end by then, since an abandoned thread runs on unobserved.
+    var deadline: Double = .infinity
     private let filter: AttributeFilter
     private let hasher: IdentifierHasher
     private(set) var signals: [String: SignalValue] = [:]

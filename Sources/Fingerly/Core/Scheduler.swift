@@ -54,7 +54,8 @@ struct Scheduler: Sendable {
                 let allowance = ReadAllowance(bytes: Self.readAllowanceBytes)
                 allowances[index] = allowance
                 let started = startDetachedThread {
-                    let entry = Self.execute(job, in: environment, allowance: allowance, startedAt: startedAt)
+                    let entry = Self.execute(job, in: environment, allowance: allowance, startedAt: startedAt,
+                                             deadline: min(startedAt + Double(job.timeoutMs), budgetDeadline))
                     finished.withLock { $0[index] = entry }
                     wakeUp.signal()
                 }
@@ -107,9 +108,10 @@ struct Scheduler: Sendable {
     static let readAllowanceBytes = 8 * 1024 * 1024
 
     private static func execute(_ job: ScheduledProbe, in environment: ProbeEnvironment, allowance: ReadAllowance,
-                                startedAt: Double) -> ProbeEntry {
+                                startedAt: Double, deadline: Double) -> ProbeEntry {
         let context = ProbeContext(host: environment.host.limited(by: allowance), tables: environment.tables,
                                    filter: environment.filter, hasher: environment.hasher, pinChecks: environment.pinChecks)
+        context.deadline = deadline
         var status: ProbeStatus
         var detail: String?
         do {
