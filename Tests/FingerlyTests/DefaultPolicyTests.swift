@@ -19,6 +19,8 @@ import Testing
         "guest_drivers": (.virtualization, ["virt.guest_driver_kind": .string("vmware"), "virt.guest_drivers": .strings(["vmw_balloon"])], "vmware"),
         "hypervisor_clocksource": (.virtualization, ["virt.clocksource_kind": .string("kvm")], "kvm"),
         "virtual_pci_vendor": (.virtualization, ["pci.vendor_ids": .strings(["8086", "15ad"])], nil),
+        "smbios_vm_bit": (.virtualization, ["dmi.smbios_vm_bit": .bool(true)], nil),
+        "hyperv_enlightened_qemu": (.virtualization, ["cpu.hypervisor_kind": .string("hyperv"), "cpu.hypervisor_vendor": .string("Microsoft Hv"), "dmi.virtualization_kind": .string("qemu"), "virt.xen_dom0": .bool(false)], "qemu"),
         "pid1_container_variable": (.container, ["container.pid1_container_variable": .string("lxc")], "lxc"),
         "container_platform": (.container, ["container.platform_kind": .string("illumos-lx")], "illumos-lx"),
         "sandbox": (.container, ["container.sandbox_kind": .string("flatpak")], "flatpak"),

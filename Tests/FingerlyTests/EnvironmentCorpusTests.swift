@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+@testable import Fingerly
 
 /// The 32 machines of virt-what's own test suite, read from ../shared at test time: every one
 /// must give the answer its expected.json names for Fingerly.
@@ -54,7 +55,8 @@ import Testing
     static let ownCases: [String] = ((try? FileManager.default.contentsOfDirectory(atPath: ownCorpus)) ?? []).sorted()
 
     /// What the peer corpus lacks: VirtualBox, EC2 Nitro and .metal, Firecracker, QEMU TCG,
-    /// nspawn, WSL2, flatpak, and a KVM host that is not a guest.
+    /// nspawn, WSL2, flatpak, a KVM host that is not a guest, and one fixture for each method
+    /// systemd-detect-virt and virt-what use (the README's table lists them).
     @Test(arguments: ownCases)
     func ownFixtureGivesTheExpectedAnswer(_ name: String) throws {
         try Self.check(Self.ownCorpus + "/" + name)
@@ -63,6 +65,57 @@ import Testing
     @Test func ownFixturesCoverWhatTheIssueAsksFor() {
         #expect(Set(Self.ownCases).isSuperset(of: ["virtualbox", "ec2-nitro", "ec2-metal", "firecracker", "qemu-tcg", "nspawn", "wsl2", "flatpak"]))
     }
+
+    /// The README's table of peer methods (systemd-detect-virt, virt-what) names a fixture for
+    /// each; every fixture it names exists, and every fixture is named.
+    @Test func readmeTableNamesEveryMethodFixture() throws {
+        let readme = try String(contentsOfFile: TestPaths.packageRoot + "/README.md", encoding: .utf8)
+        let section = try #require(readme.components(separatedBy: "### Detection methods of systemd-detect-virt and virt-what").dropFirst().first)
+        let table = section.components(separatedBy: "\n#").first ?? section
+        var named: Set<String> = []
+        for line in table.split(separator: "\n") where line.hasPrefix("|") {
+            let cells = line.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard cells.count >= 4, let fixtureCell = cells.dropLast().last else { continue }
+            // Fixture names are the backticked lowercase words of the last column.
+            for piece in fixtureCell.split(separator: "`") where piece.contains(where: \.isLetter)
+                && piece.allSatisfy({ ($0.isASCII && ($0.isLowercase || $0.isNumber)) || $0 == "-" || $0 == "." }) {
+                named.insert(String(piece))
+            }
+        }
+        named.remove("fixture")
+        #expect(named.count >= 100, "only \(named.count) fixtures named")
+        for name in named {
+            #expect(Self.ownCases.contains(name), "README names \(name), which is not in Tests/Fixtures/environments")
+        }
+        for name in Self.ownCases {
+            #expect(named.contains(name), "\(name) is not in the README's method table")
+        }
+    }
+
+    /// New environment fixtures read paths the host fixtures never touch (/proc/<tracer>/comm,
+    /// device-tree nodes, the SMBIOS entry): the catalogue must list each of them.
+    @Test(arguments: ownCases)
+    func environmentProbesReadOnlyDeclaredPaths(_ name: String) throws {
+        let root = Self.ownCorpus + "/" + name + "/root"
+        let catalogue = ProbeCatalogue.embedded
+        for probe in ProbeRegistry.builtIn where Self.environmentProbes.contains(probe.id) {
+            let entry = try #require(catalogue.entry(probe.id))
+            let log = HostAccessLog()
+            let context = ProbeContext(host: HostFileSystem(root: root, log: log), tables: .embedded,
+                                       filter: .none, hasher: IdentifierHasher(apiKey: "k"))
+            try? probe.collect(into: context)
+            for path in log.recorded {
+                #expect(entry.reads.contains { CatalogueTests.matches(pattern: $0, path: path) },
+                        "\(probe.id) on \(name) read \(path), which the catalogue does not list")
+            }
+            let declared = Set(entry.signals.map(\.name))
+            for signal in context.signals.keys {
+                #expect(declared.contains(signal), "\(probe.id) on \(name) emitted undeclared \(signal)")
+            }
+        }
+    }
+
+    static let environmentProbes: Set<String> = ["cpuid", "dmi", "hypervisor-markers", "container-markers", "container-runtime", "os"]
 
     static func check(_ directory: String) throws {
         let name = (directory as NSString).lastPathComponent

@@ -71,11 +71,12 @@ let hostExpectations: [HostExpectation] = [
     HostExpectation(
         fixture: "hyperv",
         signals: ["cpu.hypervisor_kind": .string("hyperv"), "dmi.sys_vendor": .string("Microsoft Corporation"),
+                  "dmi.bios_version": .string("Hyper-V UEFI Release v4.1"), "dmi.virtualization_kind": .string("hyperv"),
                   "machine.dmi_product_uuid_state": .string("placeholder"),
                   "loader.preload_file_entries": .strings(["/usr/local/lib/libprocesshider.so"])],
         absentSignals: ["machine.dmi_product_uuid", "machine.dbus_machine_id"],
         statuses: [:],
-        verdicts: [.virtualization: (true, .high, "hyperv", ["cpuid_hypervisor_vendor", "cpuid_hypervisor_bit", "cpuinfo_hypervisor_flag"]),
+        verdicts: [.virtualization: (true, .high, "hyperv", ["cpuid_hypervisor_vendor", "dmi_vendor_names_hypervisor", "cpuid_hypervisor_bit", "cpuinfo_hypervisor_flag"]),
                    .tampering: (true, .high, nil, ["ld_so_preload"]), .farm: (true, .low, nil, ["dmi_uuid_placeholder"])]),
     HostExpectation(
         fixture: "firecracker",

@@ -77,6 +77,16 @@ struct DetectionTables: Sendable, Codable {
         let kind: String
         /// The cloud a DMI vendor string names, when it does.
         var cloud: String? = nil
+        /// DMI attributes the pattern is tested against, when not every vendor string: a
+        /// product name such as "Virtual Machine" names a hypervisor only beside its maker.
+        var fields: [String]? = nil
+        /// Attribute -> substring that must also be present for the row to apply.
+        var requires: [String: String]? = nil
+        /// Attribute -> substring whose presence keeps the row from applying.
+        var excludes: [String: String]? = nil
+        /// A cloud that also rents bare metal and sets the SMBIOS "virtual machine" bit only
+        /// on its VMs: where that bit can be read, it decides.
+        var smbiosVMBitDecides: Bool? = nil
     }
 
     struct HypervisorMarkers: Sendable, Codable {
@@ -90,6 +100,10 @@ struct DetectionTables: Sendable, Codable {
         let clocksources: [VendorPattern]
         /// Guest driver modules in /sys/module.
         let guestDrivers: [VendorPattern]
+        /// Substrings of /proc/device-tree/hypervisor/compatible (ARM, POWER, RISC-V).
+        let deviceTreeHypervisors: [VendorPattern]
+        /// Substrings of the device tree's root /proc/device-tree/compatible.
+        let deviceTreeCompatible: [VendorPattern]
     }
 
     let cpuidHypervisorVendors: [String: String]

@@ -19,7 +19,11 @@ struct CPUIDProbe: Probe {
         if let bit = observation.hypervisorBit { context.emit("cpu.hypervisor_bit", bit) }
         if let vendor = observation.vendor.map(Self.normalised), !vendor.isEmpty {
             context.emit("cpu.hypervisor_vendor", vendor)
-            if let kind = context.tables.cpuidHypervisorVendors[vendor] {
+            // Table keys keep the signature's own padding ("bhyve bhyve "), which the
+            // normalised vendor has lost.
+            let kind = context.tables.cpuidHypervisorVendors[vendor]
+                ?? context.tables.cpuidHypervisorVendors.first { Self.normalised($0.key) == vendor }?.value
+            if let kind {
                 context.emit("cpu.hypervisor_kind", kind)
             }
         }

@@ -11,20 +11,34 @@ struct HypervisorMarkersProbe: Probe {
             context.attemptIfPresent { () throws(HostReadError) in try host.readText(path, limit: 64 * 1024) }
         }
 
-        // Xen: dom0 has control_d in its capabilities; a dom0 is a hypervisor host, not a guest.
-        let capabilities = text("/proc/xen/capabilities")
-        let dom0 = capabilities?.contains("control_d") == true
-        let xenInterfaces = host.exists("/proc/xen") || text("/sys/hypervisor/type")?.trimmingWhitespace() == "xen"
-            || host.exists("/sys/bus/xen/drivers")
+        // Xen: the hardware domain has feature bit 11 (XENFEAT_dom0) in /sys/hypervisor, and
+        // control_d in /proc/xen/capabilities; a dom0 is a hypervisor host, not a guest.
+        let dom0: Bool
+        if let features = text("/sys/hypervisor/properties/features").flatMap(Self.hexadecimal) {
+            dom0 = features & (1 << 11) != 0
+        } else {
+            dom0 = text("/proc/xen/capabilities")?.contains("control_d") == true
+        }
+        let hypervisorType = text("/sys/hypervisor/type")?.trimmingWhitespace()
+        // A xen bus beside xen-backend is a domain serving devices to others, not a plain guest.
+        let xenBus = host.exists("/sys/bus/xen/drivers") && !host.exists("/sys/bus/xen-backend")
+        let xenInterfaces = host.exists("/proc/xen") || hypervisorType == "xen" || xenBus
         context.emit("virt.xen_dom0", dom0)
         context.emit("virt.xen_guest", xenInterfaces && !dom0)
 
-        if let compatible = text("/proc/device-tree/hypervisor/compatible"), compatible.contains("xen") {
-            context.emit("virt.devicetree_kind", "xen")
-        } else if let nodes = try? host.listDirectory("/proc/device-tree"), nodes.contains(where: { $0.hasPrefix("fw-cfg@") }) {
+        if let compatible = text("/proc/device-tree/hypervisor/compatible") {
+            let named = tables.deviceTreeHypervisors.first { compatible.contains($0.pattern) }?.kind
+            context.emit("virt.devicetree_kind", named ?? "vm-other")
+        } else if host.exists("/proc/device-tree/ibm,partition-name"), host.exists("/proc/device-tree/hmc-managed?"),
+                  !host.exists("/proc/device-tree/chosen/qemu,graphic-width") {
+            // An HMC-managed partition that QEMU did not describe: PowerVM.
+            context.emit("virt.devicetree_kind", "powervm")
+        } else if let nodes = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/proc/device-tree") }),
+                  nodes.contains(where: { $0.contains("fw-cfg") }) {
             context.emit("virt.devicetree_kind", "qemu")
-        } else if let compatible = text("/proc/device-tree/compatible"), compatible.contains("linux,dummy-virt") {
-            context.emit("virt.devicetree_kind", "lkvm")
+        } else if let compatible = text("/proc/device-tree/compatible"),
+                  let kind = tables.deviceTreeCompatible.first(where: { compatible.contains($0.pattern) })?.kind {
+            context.emit("virt.devicetree_kind", kind)
         }
 
         // Platform files, in order: the first that names something wins.
@@ -37,6 +51,7 @@ struct HypervisorMarkersProbe: Probe {
         }
         if platform == nil, host.exists("/proc/ppc64/lparcfg") { platform = "powervm" }
         if platform == nil, host.exists("/dev/mdesc") { platform = "ldoms" }
+        if platform == nil, let hypervisorType, !hypervisorType.isEmpty, hypervisorType != "xen" { platform = "vm-other" }
         if let platform { context.emit("virt.platform_kind", platform) }
 
         // ACPI table headers carry a 6-byte OEM id at offset 10; the tables are root-only.
@@ -68,5 +83,12 @@ struct HypervisorMarkersProbe: Probe {
             context.emit("virt.guest_driver_kind", drivers[0].kind)
         }
         if host.exists("/sys/bus/vmbus") { context.emit("virt.bus_kind", "hyperv") }
+    }
+
+    /// /sys/hypervisor/properties/features: hexadecimal without "0x", at most 64 bits.
+    static func hexadecimal(_ text: String) -> UInt64? {
+        let digits = text.trimmingWhitespace()
+        guard !digits.isEmpty, digits.utf8.count <= 16 else { return nil }
+        return UInt64(digits, radix: 16)
     }
 }
