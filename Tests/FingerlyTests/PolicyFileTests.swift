@@ -133,6 +133,18 @@ private final class FIFOWriter: Sendable {
         }
     }
 
+    @Test func ruleIdsAreShortCodes() throws {
+        func policy(id: String) -> String {
+            #"{"policyVersion": 1, "verdicts": {"farm": {"rules": [{"id": "\#(id)", "when": {"signal": "os.id", "equals": "x"}, "confidence": "low", "reason": "x"}]}}}"#
+        }
+        #expect(try loadPolicy(policy(id: String(repeating: "i", count: 128))).verdicts[.farm]?.rules.count == 1)
+        #expect {
+            try loadPolicy(policy(id: String(repeating: "i", count: 129)))
+        } throws: { error in
+            "\(error)".contains("field 'id': 'iii") && "\(error)".contains("…' is longer than 128 bytes")
+        }
+    }
+
     @Test func duplicateRuleIdsAreFoundAmongFortyTwoThousandRules() throws {
         func rule(_ id: String) -> String {
             #"{"id":"\#(id)","when":{"signal":"os.id","equals":"x"},"confidence":"low","reason":"x"}"#
