@@ -133,6 +133,15 @@ private final class FIFOWriter: Sendable {
         }
     }
 
+    @Test(arguments: [
+        (#"{"policyVersion": 1, "name": "a\u001b[2J", "verdicts": {}}"#, #"field 'name': 'a\u001B[2J' contains control characters"#),
+        (#"{"policyVersion": 1, "verdicts": {"farm": {"rules": [{"id": "a", "when": {"signal": "os.id", "equals": "x"}, "confidence": "low", "kind": "\u009b2J", "reason": "x"}]}}}"#,
+         #"field 'kind': '\u009B2J' contains control characters"#),
+    ])
+    func namesTheOutputRepeatsHoldNoControlCharacters(_ json: String, _ expected: String) {
+        #expect { try loadPolicy(json) } throws: { "\($0)".contains(expected) }
+    }
+
     @Test func ruleIdsAreShortCodes() throws {
         func policy(id: String) -> String {
             #"{"policyVersion": 1, "verdicts": {"farm": {"rules": [{"id": "\#(id)", "when": {"signal": "os.id", "equals": "x"}, "confidence": "low", "reason": "x"}]}}}"#
@@ -180,13 +189,13 @@ private final class FIFOWriter: Sendable {
     @Test func policyErrorsReachTheTerminalWithoutControlCharacters() throws {
         let directory = try TestPaths.temporaryDirectory("cli-policy-escape")
         let policy = directory + "/evil\u{1B}[2J\r\n.json"
-        try #"{"policyVersion": 1, "verdicts": {"farm": {"rules": [{"id": "\u001b]0;pwned\u0007\r\n", "when": {"signal": "os.id", "equals": "x"}, "confidence": "low", "reason": "x", "\u001b[2J": 1}]}}}"#
+        try #"{"policyVersion": 1, "verdicts": {"farm": {"rules": [{"id": "\u001b]0;pwned\u0007\r\n", "when": {"signal": "os.id", "equals": "x"}, "confidence": "low", "reason": "x"}]}}}"#
             .write(toFile: policy, atomically: true, encoding: .utf8)
         let run = try runProcess(TestPaths.cli, ["--no-submit", "--policy", policy], timeout: 60)
         #expect(run.status == 65)
         let message = run.standardError.dropLast() // the final newline is ours
         #expect(isInert(String(message)), "\(run.standardError.debugDescription)")
-        #expect(run.standardError.contains(#"evil\u001B[2J\r\n.json: verdict 'farm', rule 1 ('\u001B]0;pwned\u0007\r\n'): field '\u001B[2J': unknown field"#),
+        #expect(run.standardError.contains(#"evil\u001B[2J\r\n.json: verdict 'farm', rule 1: field 'id': '\u001B]0;pwned\u0007\r\n' contains control characters"#),
                 "\(run.standardError.debugDescription)")
     }
 

@@ -18,13 +18,22 @@ struct PolicyLoader {
     private static let testFields: Set<String> = ["equals", "notEquals", "in", "present", "contains", "containsAny",
                                                   "inTable", "greaterThan", "lessThan"]
     /// Rule ids are stable codes that every fired rule repeats in the result (reasons,
-    /// triggers): short by design, and bounded so they cannot crowd out the reasons.
+    /// triggers): short by design, and bounded so they cannot crowd out the reasons. The
+    /// policy name and literal kinds share the bound.
     static let ruleIdByteLimit = 128
     /// How much of a policy's own text an error message quotes back.
     static let quotedByteLimit = 128
 
     /// Policy text for an error message: control characters escaped, cut short.
     static func quoted(_ text: String) -> String { BoundedText.bounded(text, limit: quotedByteLimit) }
+
+    /// Why a name the output repeats as is (policy name, rule id, literal kind) cannot be
+    /// used, or nil: the human report prints these straight to a terminal.
+    static func problem(withName text: String) -> String? {
+        if text.utf8.count > ruleIdByteLimit { return "'\(quoted(text))' is longer than \(ruleIdByteLimit) bytes" }
+        if text.unicodeScalars.contains(where: { BoundedText.escape($0) != nil }) { return "'\(quoted(text))' contains control characters" }
+        return nil
+    }
 
     func load(_ data: Data, source: String) throws(PolicyError) -> Policy {
         func fail(_ location: String?, _ field: String?, _ message: String) -> PolicyError {
@@ -47,6 +56,7 @@ struct PolicyLoader {
         var name = "unnamed"
         if let value = top["name"] {
             guard case .string(let text) = value else { throw fail(nil, "name", "expected a string, got \(value.typeName)") }
+            if let problem = Self.problem(withName: text) { throw fail(nil, "name", problem) }
             name = text
         }
         guard case .object(let verdictObjects)? = top["verdicts"] else {
@@ -112,9 +122,7 @@ struct PolicyLoader {
     private func parseRule(_ value: JSONValue, location: String, fail: (String?, String?, String) -> PolicyError) throws(PolicyError) -> Policy.Rule {
         guard case .object(let fields) = value else { throw fail(location, nil, "expected an object") }
         guard case .string(let id)? = fields["id"], !id.isEmpty else { throw fail(location, "id", "missing or not a non-empty string") }
-        guard id.utf8.count <= Self.ruleIdByteLimit else {
-            throw fail(location, "id", "'\(Self.quoted(id))' is longer than \(Self.ruleIdByteLimit) bytes")
-        }
+        if let problem = Self.problem(withName: id) { throw fail(location, "id", problem) }
         let location = "\(location) ('\(Self.quoted(id))')"
         if let unknown = fields.keys.sorted().first(where: { !Self.ruleFields.contains($0) }) {
             throw fail(location, Self.quoted(unknown), "unknown field")
@@ -141,6 +149,7 @@ struct PolicyLoader {
         var kind: String?
         if let value = fields["kind"] {
             guard case .string(let text) = value else { throw fail(location, "kind", "expected a string, got \(value.typeName)") }
+            if let problem = Self.problem(withName: text) { throw fail(location, "kind", problem) }
             kind = text
         }
         var kindFrom: String?
