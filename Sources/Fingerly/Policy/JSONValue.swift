@@ -185,25 +185,60 @@ struct JSONParser {
         throw fail("unterminated string")
     }
 
+    /// Exactly four hex digits: a sign or a space is not one (UInt32(_:radix:) takes "+041").
     private mutating func hex4() throws(SyntaxError) -> UInt32 {
-        guard index + 4 < bytes.count, let code = UInt32(String(decoding: bytes[(index + 1)...(index + 4)], as: UTF8.self), radix: 16) else {
-            throw fail("invalid \\u escape")
+        guard index + 4 < bytes.count else { throw fail("invalid \\u escape") }
+        var code: UInt32 = 0
+        for byte in bytes[(index + 1)...(index + 4)] {
+            let digit: UInt8
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+            default: throw fail("invalid \\u escape")
+            }
+            code = code << 4 | UInt32(digit)
         }
         index += 4
         return code
     }
 
+    /// Longest number text converted: a policy needs small numbers, and the conversion of
+    /// megabytes of digits is slow for no purpose.
+    static let numberLengthLimit = 64
+
+    /// RFC 8259 numbers only (`-? int frac? exp?`): Double(_:) alone would also take "+1",
+    /// ".5", "1." and "01".
     private mutating func number() throws(SyntaxError) -> Double {
         let start = index
-        scan: while index < bytes.count {
-            switch bytes[index] {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "e"), UInt8(ascii: "E"):
-                index += 1
-            default:
-                break scan
-            }
+        func digits() -> Int {
+            let first = index
+            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
+            return index - first
         }
-        guard index > start, let value = Double(String(decoding: bytes[start..<index], as: UTF8.self)) else {
+        func next(_ characters: String) -> Bool {
+            guard index < bytes.count, characters.utf8.contains(bytes[index]) else { return false }
+            index += 1
+            return true
+        }
+        _ = next("-")
+        let integerStart = index
+        let integerDigits = digits()
+        var valid = integerDigits > 0 && !(integerDigits > 1 && bytes[integerStart] == UInt8(ascii: "0"))
+        if valid, next(".") { valid = digits() > 0 }
+        if valid, next("eE") {
+            _ = next("+-")
+            valid = digits() > 0
+        }
+        guard valid else {
+            index = start
+            throw fail("expected a value")
+        }
+        guard index - start <= Self.numberLengthLimit else {
+            index = start
+            throw fail("number longer than \(Self.numberLengthLimit) characters")
+        }
+        guard let value = Double(String(decoding: bytes[start..<index], as: UTF8.self)) else {
             index = start
             throw fail("expected a value")
         }

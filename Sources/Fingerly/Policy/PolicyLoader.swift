@@ -17,6 +17,23 @@ struct PolicyLoader {
     private static let verdictFields: Set<String> = ["corroborate", "rules"]
     private static let testFields: Set<String> = ["equals", "notEquals", "in", "present", "contains", "containsAny",
                                                   "inTable", "greaterThan", "lessThan"]
+    /// Rule ids are stable codes that every fired rule repeats in the result (reasons,
+    /// triggers): short by design, and bounded so they cannot crowd out the reasons. The
+    /// policy name and literal kinds share the bound.
+    static let ruleIdByteLimit = 128
+    /// How much of a policy's own text an error message quotes back.
+    static let quotedByteLimit = 128
+
+    /// Policy text for an error message: control characters escaped, cut short.
+    static func quoted(_ text: String) -> String { BoundedText.bounded(text, limit: quotedByteLimit) }
+
+    /// Why a name the output repeats as is (policy name, rule id, literal kind) cannot be
+    /// used, or nil: the human report prints these straight to a terminal.
+    static func problem(withName text: String) -> String? {
+        if text.utf8.count > ruleIdByteLimit { return "'\(quoted(text))' is longer than \(ruleIdByteLimit) bytes" }
+        if text.unicodeScalars.contains(where: { BoundedText.escape($0) != nil }) { return "'\(quoted(text))' contains control characters" }
+        return nil
+    }
 
     func load(_ data: Data, source: String) throws(PolicyError) -> Policy {
         func fail(_ location: String?, _ field: String?, _ message: String) -> PolicyError {
@@ -39,6 +56,7 @@ struct PolicyLoader {
         var name = "unnamed"
         if let value = top["name"] {
             guard case .string(let text) = value else { throw fail(nil, "name", "expected a string, got \(value.typeName)") }
+            if let problem = Self.problem(withName: text) { throw fail(nil, "name", problem) }
             name = text
         }
         guard case .object(let verdictObjects)? = top["verdicts"] else {
@@ -47,13 +65,13 @@ struct PolicyLoader {
 
         var verdicts: [VerdictName: Policy.VerdictRules] = [:]
         for key in verdictObjects.keys.sorted() {
-            let location = "verdict '\(key)'"
+            let location = "verdict '\(Self.quoted(key))'"
             guard let verdict = VerdictName(rawValue: key) else {
                 throw fail(location, nil, "unknown verdict; known verdicts are \(VerdictName.allCases.map(\.rawValue).joined(separator: ", "))")
             }
             guard case .object(let fields) = verdictObjects[key]! else { throw fail(location, nil, "expected an object") }
             if let unknown = fields.keys.sorted().first(where: { !Self.verdictFields.contains($0) }) {
-                throw fail(location, unknown, "unknown field")
+                throw fail(location, Self.quoted(unknown), "unknown field")
             }
             var corroborate = false
             if let value = fields["corroborate"] {
@@ -62,10 +80,11 @@ struct PolicyLoader {
             }
             guard case .array(let ruleValues)? = fields["rules"] else { throw fail(location, "rules", "missing or not an array") }
             var rules: [Policy.Rule] = []
+            var ids: Set<String> = []
             for (index, ruleValue) in ruleValues.enumerated() {
                 let rule = try parseRule(ruleValue, location: "\(location), rule \(index + 1)", fail: fail)
-                if rules.contains(where: { $0.id == rule.id }) {
-                    throw fail("\(location), rule \(index + 1) ('\(rule.id)')", "id", "duplicate rule id")
+                guard ids.insert(rule.id).inserted else {
+                    throw fail("\(location), rule \(index + 1) ('\(Self.quoted(rule.id))')", "id", "duplicate rule id")
                 }
                 rules.append(rule)
             }
@@ -78,7 +97,7 @@ struct PolicyLoader {
             guard case .object(let fields) = suspect else { throw fail("suspect", nil, "expected an object") }
             if case .object(let weightValues)? = fields["weights"] {
                 for (key, value) in weightValues {
-                    guard let verdict = VerdictName(rawValue: key) else { throw fail("suspect.weights", key, "unknown verdict") }
+                    guard let verdict = VerdictName(rawValue: key) else { throw fail("suspect.weights", Self.quoted(key), "unknown verdict") }
                     guard case .number(let weight) = value, let whole = Int(exactly: weight.rounded()), whole >= 0, whole <= 100 else {
                         throw fail("suspect.weights", key, "expected a number from 0 to 100")
                     }
@@ -89,7 +108,9 @@ struct PolicyLoader {
             }
             if case .object(let factorValues)? = fields["confidenceFactors"] {
                 for (key, value) in factorValues {
-                    guard let confidence = Confidence(rawValue: key) else { throw fail("suspect.confidenceFactors", key, "expected low, medium or high") }
+                    guard let confidence = Confidence(rawValue: key) else {
+                        throw fail("suspect.confidenceFactors", Self.quoted(key), "expected low, medium or high")
+                    }
                     guard case .number(let factor) = value, (0...1).contains(factor) else { throw fail("suspect.confidenceFactors", key, "expected a number from 0 to 1") }
                     factors[confidence] = factor
                 }
@@ -101,9 +122,10 @@ struct PolicyLoader {
     private func parseRule(_ value: JSONValue, location: String, fail: (String?, String?, String) -> PolicyError) throws(PolicyError) -> Policy.Rule {
         guard case .object(let fields) = value else { throw fail(location, nil, "expected an object") }
         guard case .string(let id)? = fields["id"], !id.isEmpty else { throw fail(location, "id", "missing or not a non-empty string") }
-        let location = "\(location) ('\(id)')"
+        if let problem = Self.problem(withName: id) { throw fail(location, "id", problem) }
+        let location = "\(location) ('\(Self.quoted(id))')"
         if let unknown = fields.keys.sorted().first(where: { !Self.ruleFields.contains($0) }) {
-            throw fail(location, unknown, "unknown field")
+            throw fail(location, Self.quoted(unknown), "unknown field")
         }
 
         var conditionValues: [(JSONValue, String)] = []
@@ -122,17 +144,18 @@ struct PolicyLoader {
 
         guard case .string(let confidenceText)? = fields["confidence"] else { throw fail(location, "confidence", "missing or not a string") }
         guard let confidence = Confidence(rawValue: confidenceText) else {
-            throw fail(location, "confidence", "expected low, medium or high, got '\(confidenceText)'")
+            throw fail(location, "confidence", "expected low, medium or high, got '\(Self.quoted(confidenceText))'")
         }
         var kind: String?
         if let value = fields["kind"] {
             guard case .string(let text) = value else { throw fail(location, "kind", "expected a string, got \(value.typeName)") }
+            if let problem = Self.problem(withName: text) { throw fail(location, "kind", problem) }
             kind = text
         }
         var kindFrom: String?
         if let value = fields["kindFrom"] {
             guard case .string(let signal) = value else { throw fail(location, "kindFrom", "expected a signal name") }
-            guard signalNames.contains(signal) else { throw fail(location, "kindFrom", "unknown signal '\(signal)'") }
+            guard signalNames.contains(signal) else { throw fail(location, "kindFrom", "unknown signal '\(Self.quoted(signal))'") }
             kindFrom = signal
         }
         var corroboratesOnly = false
@@ -143,11 +166,12 @@ struct PolicyLoader {
         guard case .string(let reason)? = fields["reason"], !reason.isEmpty else {
             throw fail(location, "reason", "missing or not a non-empty string")
         }
-        for placeholder in ReasonTemplate.placeholders(in: reason) where placeholder != "value" && !signalNames.contains(placeholder) {
-            throw fail(location, "reason", "the placeholder {\(placeholder)} names no known signal")
+        let template = ReasonTemplate(reason)
+        for placeholder in template.placeholders where placeholder != "value" && !signalNames.contains(placeholder) {
+            throw fail(location, "reason", "the placeholder {\(Self.quoted(placeholder))} names no known signal")
         }
         return Policy.Rule(id: id, conditions: conditions, confidence: confidence, kind: kind, kindFrom: kindFrom,
-                           reason: reason, corroboratesOnly: corroboratesOnly)
+                           reason: reason, template: template, corroboratesOnly: corroboratesOnly)
     }
 
     private func parseCondition(_ value: JSONValue, location: String, field: String,
@@ -155,13 +179,13 @@ struct PolicyLoader {
         guard case .object(let fields) = value else { throw fail(location, field, "a condition must be an object") }
         guard case .string(let signal)? = fields["signal"] else { throw fail(location, field + ".signal", "missing or not a string") }
         guard signalNames.contains(signal) else {
-            throw fail(location, field + ".signal", "unknown signal '\(signal)'")
+            throw fail(location, field + ".signal", "unknown signal '\(Self.quoted(signal))'")
         }
         let tests = fields.keys.filter { $0 != "signal" }.sorted()
         guard tests.count == 1, let testName = tests.first else {
             throw fail(location, field, "a condition needs 'signal' and exactly one test of \(Self.testFields.sorted().joined(separator: ", "))")
         }
-        guard Self.testFields.contains(testName) else { throw fail(location, field + "." + testName, "unknown test") }
+        guard Self.testFields.contains(testName) else { throw fail(location, field + "." + Self.quoted(testName), "unknown test") }
         let operand = fields[testName]!
         let testField = field + "." + testName
         func scalar() throws(PolicyError) -> SignalValue {
@@ -199,12 +223,13 @@ struct PolicyLoader {
             test = .present(flag)
         case "contains":
             guard case .string(let text) = operand else { throw fail(location, testField, "expected a string, got \(operand.typeName)") }
-            test = .contains(text)
-        case "containsAny": test = .containsAny(try stringList())
+            // Lowered once here: the engine compares lowered values.
+            test = .contains(text.lowercased())
+        case "containsAny": test = .containsAny(try stringList().map { $0.lowercased() })
         case "inTable":
             guard case .string(let table) = operand else { throw fail(location, testField, "expected a table name") }
             guard let rows = tables.stringTable(named: table) else {
-                throw fail(location, testField, "unknown detection table '\(table)'; string tables are \(DetectionTables.stringTableNames.joined(separator: ", "))")
+                throw fail(location, testField, "unknown detection table '\(Self.quoted(table))'; string tables are \(DetectionTables.stringTableNames.joined(separator: ", "))")
             }
             test = .inTable(rows)
         case "greaterThan": test = .greaterThan(try integer())
@@ -239,24 +264,54 @@ extension DetectionTables {
     }
 }
 
-/// `{signal.name}` placeholders in a reason sentence.
-enum ReasonTemplate {
-    static func placeholders(in template: String) -> [String] {
-        var names: [String] = []
-        var rest = Substring(template)
-        while let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
-            names.append(String(rest[rest.index(after: open)..<close]))
-            rest = rest[rest.index(after: close)...]
-        }
-        return names
+/// A reason sentence with `{signal.name}` placeholders, split once when the policy loads.
+///
+/// The policy writes the sentence, the host the values it quotes. Rendering walks the parts
+/// once and never reads inserted text again, so a value that itself holds `{signal.name}`
+/// is quoted literally; each value and the whole sentence are cut to a byte limit.
+struct ReasonTemplate: Sendable, Hashable {
+    /// Bytes of one inserted value, marker included.
+    static let valueByteLimit = 256
+    /// Bytes of one rendered reason, marker included.
+    static let reasonByteLimit = 1024
+
+    enum Part: Sendable, Hashable {
+        case text(String)
+        case placeholder(String)
     }
 
-    static func render(_ template: String, value: SignalValue?, signals: [String: SignalValue]) -> String {
-        var text = template
-        for name in placeholders(in: template) {
-            let replacement = name == "value" ? value : signals[name]
-            text = text.replacing("{\(name)}", with: replacement?.description ?? "unknown")
+    let parts: [Part]
+
+    /// A `{` opens a placeholder that runs to the next `}`; a `{` with no `}` after it is text.
+    init(_ template: String) {
+        var parts: [Part] = []
+        var rest = Substring(template)
+        while let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
+            if open > rest.startIndex { parts.append(.text(String(rest[..<open]))) }
+            parts.append(.placeholder(String(rest[rest.index(after: open)..<close])))
+            rest = rest[rest.index(after: close)...]
         }
-        return text
+        if !rest.isEmpty { parts.append(.text(String(rest))) }
+        self.parts = parts
+    }
+
+    var placeholders: [String] {
+        parts.compactMap { if case .placeholder(let name) = $0 { name } else { nil } }
+    }
+
+    func render(value: SignalValue?, signals: [String: SignalValue]) -> String {
+        var text = BoundedText(limit: Self.reasonByteLimit)
+        for part in parts {
+            if text.isFull { break }
+            switch part {
+            case .text(let literal):
+                text.append(literal)
+            case .placeholder(let name):
+                let inserted = name == "value" ? value : signals[name]
+                // Already escaped and cut: appending it escapes nothing twice.
+                text.append(inserted?.boundedDescription(limit: Self.valueByteLimit) ?? "unknown", escapingControls: false)
+            }
+        }
+        return text.text
     }
 }

@@ -22,11 +22,34 @@ public struct Verdict: Sendable, Codable, Hashable {
     /// What was found (`kvm`, `docker`…), when the evidence names it.
     public let kind: String?
     public let reasons: [Reason]
+    /// Reasons of rules that fired but were left out to keep the verdict's reasons within
+    /// `VerdictEngine.verdictReasonBudget`; nil when none were. The value and confidence
+    /// still count every rule that fired.
+    public let reasonsOmitted: Int?
     public let missingEvidence: [MissingEvidence]
+
+    init(value: Bool, confidence: Confidence, kind: String?, reasons: [Reason], reasonsOmitted: Int? = nil,
+         missingEvidence: [MissingEvidence]) {
+        self.value = value
+        self.confidence = confidence
+        self.kind = kind
+        self.reasons = reasons
+        self.reasonsOmitted = reasonsOmitted
+        self.missingEvidence = missingEvidence
+    }
 }
 
 /// Applies a policy to a report.
 struct VerdictEngine {
+    /// Bytes of reasons one verdict may carry, each reason charged its code, its message and
+    /// `reasonOverhead`. Nine verdicts at this figure stay under 64 KiB in all, whatever the
+    /// host's values and however many rules fire.
+    static let verdictReasonBudget = 6 * 1024
+    /// What a reason costs beyond its text (JSON keys, quotes, the confidence, its trigger),
+    /// so that many empty reasons cannot slip under the budget.
+    static let reasonOverhead = 32
+    static let missingEvidenceMessageLimit = 512
+
     let policy: Policy
     /// Signal name -> the id of the probe that reports it.
     let owners: [String: String]
@@ -39,11 +62,26 @@ struct VerdictEngine {
     func evaluate(_ report: SignalReport) -> [VerdictName: Verdict] {
         let signals = report.signals
         let statusByProbe = Dictionary(report.probes.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        // Case-insensitive tests lower a value once per report, not once per rule and needle:
+        // many rules over one long environment value would otherwise multiply.
+        var lowered: [String: SignalValue] = [:]
+        func holds(_ condition: Policy.Condition) -> Bool {
+            switch condition.test {
+            case .contains, .containsAny:
+                if let value = lowered[condition.signal] { return Self.holds(condition, value) }
+                let value = signals[condition.signal].map(Self.lowercased)
+                lowered[condition.signal] = value
+                return Self.holds(condition, value)
+            default:
+                return Self.holds(condition, signals[condition.signal])
+            }
+        }
+
         var verdicts: [VerdictName: Verdict] = [:]
         for name in VerdictName.allCases {
             let rules = policy.verdicts[name]
             var fired: [(rule: Policy.Rule, value: SignalValue?)] = []
-            for rule in rules?.rules ?? [] where rule.conditions.allSatisfy({ Self.holds($0, signals[$0.signal]) }) {
+            for rule in rules?.rules ?? [] where rule.conditions.allSatisfy(holds) {
                 fired.append((rule, signals[rule.conditions[0].signal]))
             }
             let independent = fired.filter { !$0.rule.corroboratesOnly }
@@ -55,13 +93,15 @@ struct VerdictEngine {
             for signal in policy.signals(of: name) {
                 guard let probe = owners[signal], let entry = statusByProbe[probe], !missing.contains(where: { $0.probe == probe }) else { continue }
                 if entry.status.hidesEvidence {
-                    missing.append(MissingEvidence(probe: probe, status: entry.status,
-                                                   message: "probe '\(probe)' ended \(entry.status.rawValue): \(entry.detail ?? "no detail"); its evidence is missing"))
+                    missing.append(MissingEvidence(probe: probe, status: entry.status, message: BoundedText.bounded(
+                        "probe '\(probe)' ended \(entry.status.rawValue): \(entry.detail ?? "no detail"); its evidence is missing",
+                        limit: Self.missingEvidenceMessageLimit)))
                 } else if let issue = entry.issues.first(where: { $0.status.hidesEvidence }) {
                     // The probe ran, but one of its sources was unreadable (pid 1's environ is
                     // denied even to root in many containers): part of its evidence is missing.
-                    missing.append(MissingEvidence(probe: probe, status: issue.status,
-                                                   message: "probe '\(probe)' could not read \(issue.path) (\(issue.status.rawValue): \(issue.detail)); that evidence is missing"))
+                    missing.append(MissingEvidence(probe: probe, status: issue.status, message: BoundedText.bounded(
+                        "probe '\(probe)' could not read \(issue.path) (\(issue.status.rawValue): \(issue.detail)); that evidence is missing",
+                        limit: Self.missingEvidenceMessageLimit)))
                 }
             }
 
@@ -72,22 +112,44 @@ struct VerdictEngine {
             }
             let corroborated = rules?.corroborate == true && independent.count >= 2
             // The strongest rule that names a kind decides it; among equals, the policy's order ranks.
-            func namedKind(of rule: Policy.Rule) -> String? { rule.kind ?? rule.kindFrom.flatMap { signals[$0]?.description } }
-            let kindLevel = fired.filter { namedKind(of: $0.rule) != nil }.map(\.rule.confidence).max()
-            let kind = fired.first { $0.rule.confidence == kindLevel && namedKind(of: $0.rule) != nil }.flatMap { namedKind(of: $0.rule) }
+            func namesKind(_ rule: Policy.Rule) -> Bool { rule.kind != nil || rule.kindFrom.flatMap { signals[$0] } != nil }
+            let kindLevel = fired.filter { namesKind($0.rule) }.map(\.rule.confidence).max()
+            let kind = fired.first { $0.rule.confidence == kindLevel && namesKind($0.rule) }.flatMap { entry in
+                entry.rule.kind ?? entry.rule.kindFrom.flatMap { signals[$0]?.boundedDescription(limit: ReasonTemplate.valueByteLimit) }
+            }
+
+            // Reasons in policy order until the budget is spent; a rule past it is counted,
+            // never rendered, so the work stays bounded however many rules fire.
+            var reasons: [Reason] = []
+            var spent = 0
+            for (rule, value) in fired {
+                let message = rule.template.render(value: value, signals: signals)
+                let cost = rule.id.utf8.count + message.utf8.count + Self.reasonOverhead
+                guard spent + cost <= Self.verdictReasonBudget else { break }
+                spent += cost
+                reasons.append(Reason(code: rule.id, message: message, confidence: rule.confidence))
+            }
             verdicts[name] = Verdict(
                 value: true,
                 confidence: corroborated ? strongest.raised : strongest,
                 kind: kind,
-                reasons: fired.map { Reason(code: $0.rule.id,
-                                            message: ReasonTemplate.render($0.rule.reason, value: $0.value, signals: signals),
-                                            confidence: $0.rule.confidence) },
+                reasons: reasons,
+                reasonsOmitted: reasons.count < fired.count ? fired.count - reasons.count : nil,
                 missingEvidence: missing)
         }
         return verdicts
     }
 
-    static func holds(_ condition: Policy.Condition, _ value: SignalValue?) -> Bool {
+    private static func lowercased(_ value: SignalValue) -> SignalValue {
+        switch value {
+        case .string(let text): return .string(text.lowercased())
+        case .strings(let items): return .strings(items.map { $0.lowercased() })
+        case .bool, .int: return value
+        }
+    }
+
+    /// `contains` and `containsAny` expect the value lowered (see `lowercased`).
+    private static func holds(_ condition: Policy.Condition, _ value: SignalValue?) -> Bool {
         switch condition.test {
         case .present(let expected):
             return isPresent(value) == expected
@@ -123,14 +185,14 @@ struct VerdictEngine {
         }
     }
 
-    /// Case-insensitive substring for a string; element substring for a list.
+    /// Substring for a string, element substring for a list. Callers pass the value lowered
+    /// and the policy loader lowered the needles, which makes this case-insensitive.
     private static func matches(_ value: SignalValue, anyOf needles: [String]) -> Bool {
-        let lowered = needles.map { $0.lowercased() }
         switch value {
         case .string(let text):
-            return lowered.contains { text.lowercased().contains($0) }
+            return needles.contains { text.contains($0) }
         case .strings(let items):
-            return items.contains { item in lowered.contains { item.lowercased().contains($0) } }
+            return items.contains { item in needles.contains { item.contains($0) } }
         case .bool, .int:
             return false
         }
