@@ -43,12 +43,13 @@ public struct CollectionOptions: Sendable {
     /// /var/lib/fingerly for root, else `$XDG_STATE_HOME/fingerly` or ~/.local/state/fingerly.
     /// When it cannot be used, identifiers are keyed per run.
     public var stateDirectory: String?
-    /// What becomes of free text that can name a person; a policy's `privacy.freeText`
-    /// (`FreeTextHandling.fromPolicy(contentsOf:)`).
-    public var freeText: FreeTextHandling
+    /// What becomes of free text that can name a person. nil: the policy's `privacy.freeText`,
+    /// `fingerprint` where it says nothing.
+    public var freeText: FreeTextHandling?
+    var effectiveFreeText: FreeTextHandling { freeText ?? policy?.freeText ?? .fingerprint }
 
     public init(root: String = "/", attributesToIgnore: Set<String> = [], policy: Policy? = nil, tlsPinChecks: [TLSPinCheck] = [],
-                stateDirectory: String? = nil, freeText: FreeTextHandling = .fingerprint) {
+                stateDirectory: String? = nil, freeText: FreeTextHandling? = nil) {
         self.root = root
         self.attributesToIgnore = attributesToIgnore
         self.policy = policy
@@ -224,21 +225,21 @@ public final class Fingerly: Sendable {
     /// The hasher of this instance's runs: the API key's, else the installation secret's, else
     /// one per-run key for the life of this instance.
     func identifierHasher() -> IdentifierHasher {
-        if let apiKey { return IdentifierHasher(apiKey: apiKey, freeText: options.freeText) }
+        if let apiKey { return IdentifierHasher(apiKey: apiKey, freeText: options.effectiveFreeText) }
         return localHasher.withLock { cached in
             if let cached { return cached }
             let made: IdentifierHasher
             switch options.stateDirectory ?? StateDirectory.defaultPathForThisProcess() {
             case nil:
                 logger?.log(.info, "no state directory can be named; identifiers are keyed per run")
-                made = .perRun(freeText: options.freeText)
+                made = .perRun(freeText: options.effectiveFreeText)
             case let directory?:
                 switch InstallationSecret.loadOrCreate(in: directory) {
                 case .secret(let secret):
-                    made = IdentifierHasher(secret: secret, keying: .installationSecret, freeText: options.freeText)
+                    made = IdentifierHasher(secret: secret, keying: .installationSecret, freeText: options.effectiveFreeText)
                 case .unavailable(let why):
                     logger?.log(.warning, "installation secret unavailable (\(why)); identifiers are keyed per run")
-                    made = .perRun(freeText: options.freeText)
+                    made = .perRun(freeText: options.effectiveFreeText)
                 }
             }
             cached = made

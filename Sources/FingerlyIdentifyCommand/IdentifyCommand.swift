@@ -126,8 +126,7 @@ struct IdentifyCommand {
         let freeText: FreeTextHandling
         do {
             policy = try policyPath.map { path throws(PolicyError) in try Policy.load(contentsOf: path) }
-            let policyFreeText = try policyPath.map { path throws(PolicyError) in try FreeTextHandling.fromPolicy(contentsOf: path) }
-            freeText = self.freeText ?? policyFreeText ?? .fingerprint
+            freeText = self.freeText ?? policy?.freeText ?? .fingerprint
         } catch {
             io.standardError("fingerly-identify: invalid policy: \(error)\n")
             return .dataError

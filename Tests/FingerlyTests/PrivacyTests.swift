@@ -287,7 +287,8 @@ import Testing
 
     @Test func theEmbeddedPolicyFingerprintsFreeText() throws {
         #expect(FreeTextHandling.embeddedDefault == .fingerprint)
-        #expect(CollectionOptions().freeText == .fingerprint)
+        #expect(CollectionOptions().effectiveFreeText == .fingerprint)
+        #expect(try PolicyLoader(catalogue: .embedded, tables: .embedded).load(Data(#"{"policyVersion": 1, "verdicts": {}, "privacy": {"freeText": "keep"}}"#.utf8), source: "t").freeText == .keep)
         #expect(try FreeTextHandling.fromPolicy(Array(#"{"policyVersion": 1, "verdicts": {}}"#.utf8), source: "t") == .fingerprint)
         #expect(throws: PolicyError.self) { try FreeTextHandling.fromPolicy(Array(#"{"privacy": {"freeText": "keep", "x": 1}}"#.utf8), source: "t") }
         #expect(throws: PolicyError.self) { try FreeTextHandling.fromPolicy(Array(#"{"privacy": "keep"}"#.utf8), source: "t") }

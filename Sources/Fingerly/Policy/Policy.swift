@@ -61,10 +61,13 @@ public struct Policy: Sendable {
     let verdicts: [VerdictName: VerdictRules]
     let suspectWeights: [VerdictName: Int]
     let confidenceFactors: [Confidence: Double]
+    /// The policy's `privacy.freeText`.
+    public let freeText: FreeTextHandling
     private let signalsByVerdict: [VerdictName: [String]]
 
     init(name: String, source: String, verdicts: [VerdictName: VerdictRules], suspectWeights: [VerdictName: Int],
-         confidenceFactors: [Confidence: Double]) {
+         confidenceFactors: [Confidence: Double], freeText: FreeTextHandling = .fingerprint) {
+        self.freeText = freeText
         self.name = name
         self.source = source
         self.verdicts = verdicts

@@ -116,7 +116,9 @@ struct PolicyLoader {
                 }
             }
         }
-        return Policy(name: name, source: source, verdicts: verdicts, suspectWeights: weights, confidenceFactors: factors)
+        let freeText = try FreeTextHandling.fromPolicySection(top["privacy"], source: source)
+        return Policy(name: name, source: source, verdicts: verdicts, suspectWeights: weights, confidenceFactors: factors,
+                      freeText: freeText)
     }
 
     private func parseRule(_ value: JSONValue, location: String, fail: (String?, String?, String) -> PolicyError) throws(PolicyError) -> Policy.Rule {
