@@ -36,6 +36,9 @@ struct HumanReport {
             for reason in verdict.reasons {
                 lines.append("      - [\(reason.code), \(reason.confidence.rawValue)] \(reason.message)")
             }
+            if let omitted = verdict.reasonsOmitted, omitted > 0 {
+                lines.append("      - (\(omitted) more reasons not shown: the report bounds each verdict's reasons)")
+            }
             for missing in verdict.missingEvidence {
                 lines.append("      ? " + missing.message)
             }
