@@ -119,8 +119,7 @@ enum Harnesses {
         _ = CertificateSummary.fingerprints(bundle)
         root.write(TrustStore.packaged + "/fuzz.crt", shipped)
         root.write(TrustStore.bundle, bundle)
-        let context = ProbeContext(host: root.host, tables: .embedded, filter: .none, hasher: IdentifierHasher(apiKey: "fuzz"))
-        _ = TrustStore.read(context)
+        _ = TrustStore.read(root.context())
     }
 
     /// Four table files, 36 bytes (one header) each; the probe reads only the header.

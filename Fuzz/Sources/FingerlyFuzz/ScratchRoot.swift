@@ -48,10 +48,14 @@ final class ScratchRoot: @unchecked Sendable {
         }
     }
 
+    /// What a probe sees of the tree, as the scheduler would build it.
+    func context() -> ProbeContext {
+        ProbeContext(host: host, tables: .embedded, filter: .none, hasher: IdentifierHasher(apiKey: "fuzz"))
+    }
+
     /// Runs a probe over the tree the way the scheduler does, minus threads and deadlines.
     func run(_ probe: some Probe) {
-        let context = ProbeContext(host: host, tables: .embedded, filter: .none, hasher: IdentifierHasher(apiKey: "fuzz"))
-        try? probe.collect(into: context)
+        try? probe.collect(into: context())
     }
 
     private static func remove(_ path: String) {
