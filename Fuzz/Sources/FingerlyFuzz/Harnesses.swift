@@ -1,0 +1,133 @@
+import FoundationEssentials
+@testable import Fingerly
+
+/// Each harness feeds one input to the real parsing code: the pure parser where one exists, and the
+/// whole probe over a scratch tree, since several probes parse inline while they read.
+enum Harnesses {
+    static let all: [String: @Sendable ([UInt8]) -> Void] = [
+        "json": json,
+        "policy": policy,
+        "reason": reason,
+        "proc-status": procStatus,
+        "proc-maps": procMaps,
+        "cpuinfo": cpuinfo,
+        "meminfo": meminfo,
+        "mountinfo": mountinfo,
+        "cgroup": cgroup,
+        "os-release": osRelease,
+        "udev-database": udevDatabase,
+        "pem": pem,
+        "acpi-tables": acpiTables,
+    ]
+
+    private static let root = ScratchRoot()
+    private static let loader = PolicyLoader(catalogue: .embedded, tables: .embedded)
+
+    static func json(_ bytes: [UInt8]) {
+        guard let value = try? JSONParser.parse(bytes) else { return }
+        _ = value.signalValue
+        _ = value.isScalar
+    }
+
+    static func policy(_ bytes: [UInt8]) {
+        do {
+            _ = try loader.load(Data(bytes), source: "fuzz.json")
+        } catch {
+            // The message is printed to terminals: building it must not fail either.
+            _ = error.description
+        }
+    }
+
+    /// NUL-separated: the template, the rule's own value, then one value per placeholder in order.
+    /// A value starting with '#' is a number, '?' a boolean, '[' a list split at 0x1F; else a string.
+    static func reason(_ bytes: [UInt8]) {
+        let parts = bytes.split(separator: 0, omittingEmptySubsequences: false).map { Array($0) }
+        let template = String(decoding: parts[0], as: UTF8.self)
+        let names = ReasonTemplate.placeholders(in: template)
+        var signals: [String: SignalValue] = [:]
+        for (index, name) in names.enumerated() where index + 2 < parts.count {
+            signals[name] = signalValue(parts[index + 2])
+        }
+        _ = ReasonTemplate.render(template, value: parts.count > 1 ? signalValue(parts[1]) : nil, signals: signals)
+    }
+
+    private static func signalValue(_ bytes: [UInt8]) -> SignalValue {
+        let rest = String(decoding: bytes.dropFirst(), as: UTF8.self)
+        switch bytes.first {
+        case UInt8(ascii: "#"): return .int(Int(rest) ?? rest.utf8.count)
+        case UInt8(ascii: "?"): return .bool(rest.isEmpty)
+        case UInt8(ascii: "["): return .strings(bytes.dropFirst().split(separator: 0x1F).map { String(decoding: $0, as: UTF8.self) })
+        default: return .string(String(decoding: bytes, as: UTF8.self))
+        }
+    }
+
+    static func procStatus(_ bytes: [UInt8]) {
+        let text = String(decoding: bytes, as: UTF8.self)
+        _ = ProcessContextProbe.parseStatus(text)
+        _ = ProcessContextProbe.field("TracerPid", in: text)
+        _ = ProcessContextProbe.field("NSpid", in: text)
+        root.write("/proc/self/status", bytes)
+        root.run(ProcessContextProbe())
+    }
+
+    static func procMaps(_ bytes: [UInt8]) {
+        _ = ProcessMapsProbe.mappedFiles(ProcessMapsProbe.regions(String(decoding: bytes, as: UTF8.self)))
+        root.write("/proc/self/maps", bytes)
+        root.run(ProcessMapsProbe())
+    }
+
+    static func cpuinfo(_ bytes: [UInt8]) {
+        _ = CPUProbe.parse(String(decoding: bytes, as: UTF8.self))
+        root.write("/proc/cpuinfo", bytes)
+        root.run(CPUProbe())
+    }
+
+    static func meminfo(_ bytes: [UInt8]) {
+        root.write("/proc/meminfo", bytes)
+        root.run(MemoryProbe())
+    }
+
+    static func mountinfo(_ bytes: [UInt8]) {
+        _ = FilesystemIdentityProbe.rootMount(in: String(decoding: bytes, as: UTF8.self))
+        root.write("/proc/self/mountinfo", bytes)
+        root.run(FilesystemIdentityProbe())
+    }
+
+    /// The container-runtime probe reads its own and pid 1's cgroup file.
+    static func cgroup(_ bytes: [UInt8]) {
+        root.write("/proc/self/cgroup", bytes)
+        root.write("/proc/1/cgroup", bytes)
+        root.run(ContainerRuntimeProbe())
+    }
+
+    static func osRelease(_ bytes: [UInt8]) {
+        _ = OSProbe.parseOSRelease(String(decoding: bytes, as: UTF8.self))
+        root.write("/etc/os-release", bytes)
+        root.run(OSProbe())
+    }
+
+    static func udevDatabase(_ bytes: [UInt8]) {
+        root.write("/run/udev/data/b8:1", bytes)
+        _ = UdevDatabase.properties(of: "b8:1", on: root.host)
+    }
+
+    /// Up to the first NUL: a certificate file shipped by the distribution; the rest: the trusted bundle.
+    static func pem(_ bytes: [UInt8]) {
+        let split = bytes.firstIndex(of: 0)
+        let shipped = split.map { Array(bytes[..<$0]) } ?? []
+        let bundle = split.map { Array(bytes[($0 + 1)...]) } ?? bytes
+        _ = CertificateSummary.fingerprints(bundle)
+        root.write(TrustStore.packaged + "/fuzz.crt", shipped)
+        root.write(TrustStore.bundle, bundle)
+        _ = TrustStore.read(root.context())
+    }
+
+    /// Four table files, 36 bytes (one header) each; the probe reads only the header.
+    static func acpiTables(_ bytes: [UInt8]) {
+        for (index, name) in ["APIC", "DSDT", "FACP", "SSDT1"].enumerated() {
+            let start = min(index * 36, bytes.count)
+            root.write("/sys/firmware/acpi/tables/" + name, Array(bytes[start..<min(start + 36, bytes.count)]))
+        }
+        root.run(HypervisorMarkersProbe())
+    }
+}
