@@ -42,13 +42,13 @@ enum Harnesses {
     /// A value starting with '#' is a number, '?' a boolean, '[' a list split at 0x1F; else a string.
     static func reason(_ bytes: [UInt8]) {
         let parts = bytes.split(separator: 0, omittingEmptySubsequences: false).map { Array($0) }
-        let template = String(decoding: parts[0], as: UTF8.self)
-        let names = ReasonTemplate.placeholders(in: template)
+        let template = ReasonTemplate(String(decoding: parts[0], as: UTF8.self))
+        let names = template.placeholders
         var signals: [String: SignalValue] = [:]
         for (index, name) in names.enumerated() where index + 2 < parts.count {
             signals[name] = signalValue(parts[index + 2])
         }
-        _ = ReasonTemplate.render(template, value: parts.count > 1 ? signalValue(parts[1]) : nil, signals: signals)
+        _ = template.render(value: parts.count > 1 ? signalValue(parts[1]) : nil, signals: signals)
     }
 
     private static func signalValue(_ bytes: [UInt8]) -> SignalValue {
