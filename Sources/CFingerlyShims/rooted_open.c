@@ -40,15 +40,22 @@ static int push_front(pending_path *pending, const char *prefix, size_t prefix_l
     return 0;
 }
 
-// Takes the next component off the front; returns its length (0 at the end).
+// A name longer than this is ENAMETOOLONG for every Linux filesystem.
+enum { name_limit = 255 };
+
+// Takes the next component off the front into `component` (name_limit + 1 bytes); returns its
+// length (0 at the end). A component longer than a name can be is taken off but not copied:
+// its length, past name_limit, tells the caller to refuse it. The pending text is the tree's
+// (a link target, a name built from a uevent), so nothing of it may size a copy.
 static size_t pop_front(pending_path *pending, char *component) {
     size_t start = 0;
     while (start < pending->length && pending->text[start] == '/') start++;
     size_t end = start;
     while (end < pending->length && pending->text[end] != '/') end++;
     size_t length = end - start;
-    memcpy(component, pending->text + start, length);
-    component[length] = 0;
+    size_t copied = length > name_limit ? 0 : length;
+    memcpy(component, pending->text + start, copied);
+    component[copied] = 0;
     memmove(pending->text, pending->text + end, pending->length - end + 1);
     pending->length -= end;
     return length;
@@ -75,7 +82,7 @@ static int open_by_walking(int root_fd, const char *path, int flags, bool follow
     stack[0] = root_fd;  // not owned: never closed here
     int hops = 0;
     int result = -ENOENT;
-    char component[component_limit + 1];
+    char component[name_limit + 1];
     char target[component_limit + 1];
 
     for (;;) {
@@ -87,7 +94,7 @@ static int open_by_walking(int root_fd, const char *path, int flags, bool follow
             if (result < 0 && final) result = -errno;
             break;
         }
-        if (length > 255) { result = -ENAMETOOLONG; break; }
+        if (length > name_limit) { result = -ENAMETOOLONG; break; }
         bool is_dot = strcmp(component, ".") == 0, is_dot_dot = strcmp(component, "..") == 0;
         if (is_dot || is_dot_dot) {
             if (is_dot_dot && depth > 0) close(stack[depth--]);

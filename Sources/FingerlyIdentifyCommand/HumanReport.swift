@@ -22,7 +22,7 @@ struct HumanReport {
     func render() -> String {
         let report = result.report
         var lines: [String] = []
-        let place = report.root == "/" ? "this host" : "root \(report.root)"
+        let place = report.root == "/" ? "this host" : "root \(report.root.escapingControlCharacters)"
         lines.append(paint("Fingerly \(report.collectorVersion)", "1") + " — \(place), tiers \(report.tiers.map(\.rawValue).joined(separator: "+")), "
             + "\(format(report.elapsedMs)) of a \(report.budgetMs) ms budget, policy '\(result.policy)'")
         lines.append("")
@@ -34,13 +34,13 @@ struct HumanReport {
             if let kind = verdict.kind { line = padded(line, 34) + "kind: \(kind)" }
             lines.append(line)
             for reason in verdict.reasons {
-                lines.append("      - [\(reason.code), \(reason.confidence.rawValue)] \(reason.message)")
+                lines.append("      - [\(reason.code), \(reason.confidence.rawValue)] \(reason.message.escapingControlCharacters)")
             }
             if let omitted = verdict.reasonsOmitted, omitted > 0 {
                 lines.append("      - (\(omitted) more reasons not shown: the report bounds each verdict's reasons)")
             }
             for missing in verdict.missingEvidence {
-                lines.append("      ? " + missing.message)
+                lines.append("      ? " + missing.message.escapingControlCharacters)
             }
         }
         lines.append("")
@@ -49,10 +49,10 @@ struct HumanReport {
             let status = probe.status == .ok ? probe.status.rawValue : paint(probe.status.rawValue, "33")
             var line = "  " + padded(probe.id, 24) + padded(probe.tier.rawValue, 10) + padded(status, 10)
                 + padded(format(probe.durationMs), 10) + "\(probe.signals.count) signal\(probe.signals.count == 1 ? "" : "s")"
-            if let detail = probe.detail { line += " — \(detail)" }
+            if let detail = probe.detail { line += " — \(detail.escapingControlCharacters)" }
             lines.append(line)
             for issue in probe.issues where probe.status == .ok {
-                lines.append("      ? \(issue.path): \(issue.status.rawValue) (\(issue.detail))")
+                lines.append("      ? \(issue.path.escapingControlCharacters): \(issue.status.rawValue) (\(issue.detail.escapingControlCharacters))")
             }
         }
         lines.append("")

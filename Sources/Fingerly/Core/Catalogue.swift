@@ -16,6 +16,9 @@ public struct ProbeCatalogue: Sendable, Codable, Hashable {
         /// Free text that can name a person (a CA subject, a device name): reported as a
         /// fingerprint unless the policy's `privacy.freeText` is `keep`.
         public let personal: Bool?
+        /// Paths that can carry a user's home directory (/home/alice/…): the directory's name is
+        /// reported as a fingerprint unless the policy's `privacy.freeText` is `keep`.
+        public let personalPaths: Bool?
         /// For identifiers: roughly how many bits of the raw value an attacker does not know,
         /// i.e. how hard it is to recover from its hash for someone who holds the key.
         public let entropyBits: Int?

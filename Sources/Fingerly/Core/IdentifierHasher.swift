@@ -90,6 +90,23 @@ struct IdentifierHasher: Sendable {
     /// Personal free text as the policy wants it in the report. The fingerprint is keyed like
     /// the identifiers and domain-separated from them, so it never equals an identifier hash;
     /// 64 bits are plenty to tell texts apart and say nothing more about them.
+    /// A text with the name of every home directory in it (`/home/<name>`) fingerprinted, the
+    /// rest as it is: the path still says what was loaded or preloaded, not whose account it is.
+    func personalPaths(_ text: String) -> String {
+        guard freeText == .fingerprint, text.contains("/home/") else { return text }
+        var result = ""
+        var rest = Substring(text)
+        while let start = rest.firstRange(of: "/home/") {
+            result += rest[..<start.upperBound]
+            let nameEnd = rest[start.upperBound...].firstIndex { $0 == "/" || $0 == ":" || $0 == " " || $0 == "\t" || $0 == "," || $0 == ")" }
+                ?? rest.endIndex
+            let name = rest[start.upperBound..<nameEnd]
+            result += name.isEmpty ? "" : personal(String(name))
+            rest = rest[nameEnd...]
+        }
+        return result + rest
+    }
+
     func personal(_ text: String) -> String {
         switch freeText {
         case .keep: return text

@@ -40,8 +40,20 @@ final class ProbeContext {
     private var signalBytes = 0
     private var droppedIssues = 0
 
+    /// Signals the catalogue marks `personalPaths`.
+    static let personalPathSignals: Set<String> = Set(ProbeCatalogue.embedded.probes.flatMap(\.signals)
+        .filter { $0.personalPaths == true }.map(\.name))
+
     func emit(_ signal: String, _ value: SignalValue) {
         guard wants(signal) else { return }
+        var value = value
+        if Self.personalPathSignals.contains(signal) {
+            switch value {
+            case .string(let text): value = .string(hasher.personalPaths(text))
+            case .strings(let items): value = .strings(items.map(hasher.personalPaths))
+            case .bool, .int: break
+            }
+        }
         var budget = Self.signalBytesLimit - signalBytes
         var bounded: SignalValue
         switch value {

@@ -105,8 +105,10 @@ public struct HostFileSystem: Sendable {
     /// Largest file read unless a caller asks for less: /proc and /sys files are small, and an
     /// unbounded read of a hostile or looping file must not exhaust memory.
     public static let defaultReadLimit = 256 * 1024
-    /// Most names taken from one directory: /proc of a busy host has tens of thousands.
-    static let directoryEntryLimit = 65_536
+    /// Most names taken from one directory: no host has more NICs, disks, PCI functions or
+    /// certificates, and a tree of hundreds of thousands of 255-byte names must not hold megabytes
+    /// in every probe that lists it. /proc asks for more, keeping only the short numeric names.
+    static let directoryEntryLimit = 4_096
 
     /// The root prefix; "/" for the live host.
     public let root: String
@@ -175,12 +177,8 @@ public struct HostFileSystem: Sendable {
     /// (a FIFO, a socket, a terminal): a hostile tree would hang the probe.
     public func read(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> [UInt8] {
         log?.record(path)
-        let fd = try openDescriptor(path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
+        let (fd, status) = try openForReading(path, what: "a regular file") { $0.isRegularFile || (isLiveHost && $0.isCharacterDevice) }
         defer { close(fd) }
-        let status = try status(of: fd, path: path)
-        guard status.isRegularFile || (isLiveHost && status.isCharacterDevice) else {
-            throw HostReadError(.malformed, path: path, detail: "not a regular file (\(status.kindName))")
-        }
         let wantedTotal = min(limit, allowance.map { $0.remaining } ?? limit)
         var bytes: [UInt8] = []
         // A regular file says its size: one allocation of exactly what will be read, instead of
@@ -289,6 +287,11 @@ public struct HostFileSystem: Sendable {
     /// Names in a directory, without "." and "..", sorted for stable output; at most
     /// `directoryEntryLimit` of them.
     public func listDirectory(_ path: String) throws(HostReadError) -> [String] {
+        try listDirectory(path, limit: Self.directoryEntryLimit, keeping: nil)
+    }
+
+    /// Names in a directory that `keeping` accepts (before any is stored), at most `limit`.
+    func listDirectory(_ path: String, limit: Int, keeping: ((String) -> Bool)?) throws(HostReadError) -> [String] {
         log?.record(path)
         let fd = try openDescriptor(path, flags: O_RDONLY | O_DIRECTORY | O_NONBLOCK)
         guard let directory = fdopendir(fd) else {
@@ -298,14 +301,18 @@ public struct HostFileSystem: Sendable {
         }
         defer { closedir(directory) }
         var names: [String] = []
-        while names.count < Self.directoryEntryLimit, let entry = readdir(directory) {
+        while names.count < limit, let entry = readdir(directory) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
             }
-            if name != "." && name != ".." { names.append(name) }
-            if names.count % 1024 == 0 { try allowance?.check(path) }
+            guard name != "." && name != "..", keeping?(name) ?? true else { continue }
+            names.append(name)
+            // Names count against the probe's allowance like file contents do.
+            allowance?.charge(name.utf8.count + 16)
+            if names.count % 256 == 0 { try allowance?.check(path) }
         }
-        return names.sorted()
+        names.sort()
+        return names
     }
 
     /// Whether anything exists at the path (without following a final symlink).
@@ -324,17 +331,46 @@ public struct HostFileSystem: Sendable {
         return try status(of: fd, path: path)
     }
 
-    /// Runs `body` with a descriptor open for reading on a regular file or a block device (for
-    /// libraries such as libblkid that read a device themselves), closed afterwards.
+    /// Runs `body` with a descriptor open for reading on an image file, or on the live host a
+    /// block device (for libraries such as libblkid that read a device themselves), closed
+    /// afterwards. Under a root prefix a device node is the live kernel's device whatever tree
+    /// it sits in (and libblkid would look the device up in the live /sys): only files.
     func withReadableDevice<T>(_ path: String, _ body: (Int32) throws(HostReadError) -> T) throws(HostReadError) -> T {
         log?.record(path)
-        let fd = try openDescriptor(path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
-        defer { close(fd) }
-        let status = try status(of: fd, path: path)
-        guard status.isRegularFile || status.isBlockDevice else {
-            throw HostReadError(.malformed, path: path, detail: "not a block device or image file (\(status.kindName))")
+        let (fd, _) = try openForReading(path, what: isLiveHost ? "a block device or image file" : "an image file") {
+            $0.isRegularFile || (isLiveHost && $0.isBlockDevice)
         }
+        defer { close(fd) }
         return try body(fd)
+    }
+
+    /// Opens a file for reading only once its type is known to be acceptable. Under a root
+    /// prefix the path is resolved to an O_PATH descriptor, its type checked on that descriptor,
+    /// and the same inode then opened through /proc/self/fd: opening a device node the tree
+    /// planted (a watchdog, a tape, a serial line) acts on the live host, so it never happens,
+    /// and nothing can be swapped in between the check and the open.
+    private func openForReading(_ path: String, what: String, accept: (FileStatus) -> Bool) throws(HostReadError) -> (Int32, FileStatus) {
+        let flags = O_RDONLY | O_NONBLOCK | O_NOCTTY
+        guard !isLiveHost else {
+            let fd = try openDescriptor(path, flags: flags)
+            let status: FileStatus
+            do { status = try self.status(of: fd, path: path) } catch { close(fd); throw error }
+            guard accept(status) else {
+                close(fd)
+                throw HostReadError(.malformed, path: path, detail: "not \(what) (\(status.kindName))")
+            }
+            return (fd, status)
+        }
+        let located = try openDescriptor(path, flags: fingerlyOpenPath)
+        defer { close(located) }
+        let status = try status(of: located, path: path)
+        guard accept(status) else { throw HostReadError(.malformed, path: path, detail: "not \(what) (\(status.kindName))") }
+        switch retryingOnInterrupt({ open("/proc/self/fd/\(located)", flags | O_CLOEXEC) }) {
+        case .success(let fd): return (fd, status)
+        case .failure(let error):
+            let detail = error.code == ENOENT ? "cannot be opened safely: /proc is not mounted" : error.description
+            throw HostReadError(error.code == ENOENT ? .error : HostReadError(path: path, systemError: error).failure, path: path, detail: detail)
+        }
     }
 
     private func status(of fd: Int32, path: String) throws(HostReadError) -> FileStatus {

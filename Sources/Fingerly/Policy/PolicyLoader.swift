@@ -15,6 +15,8 @@ struct PolicyLoader {
 
     private static let ruleFields: Set<String> = ["id", "when", "all", "confidence", "kind", "kindFrom", "reason", "corroboratesOnly"]
     private static let verdictFields: Set<String> = ["corroborate", "rules"]
+    /// Most needles one containsAny condition may hold.
+    static let needleLimit = 512
     private static let testFields: Set<String> = ["equals", "notEquals", "in", "present", "contains", "containsAny",
                                                   "inTable", "greaterThan", "lessThan"]
     /// Rule ids are stable codes that every fired rule repeats in the result (reasons,
@@ -227,7 +229,14 @@ struct PolicyLoader {
             guard case .string(let text) = operand else { throw fail(location, testField, "expected a string, got \(operand.typeName)") }
             // Lowered once here: the engine compares lowered values.
             test = .contains(text.lowercased())
-        case "containsAny": test = .containsAny(try stringList().map { $0.lowercased() })
+        case "containsAny":
+            // Every needle is searched for in every value it is given: a policy-sized list times a
+            // host-sized value would run past the budget. Long lists belong in a detection table.
+            let needles = try stringList()
+            guard needles.count <= Self.needleLimit else {
+                throw fail(location, testField, "\(needles.count) needles; at most \(Self.needleLimit) (put longer lists in a detection table and use inTable)")
+            }
+            test = .containsAny(needles.map { $0.lowercased() })
         case "inTable":
             guard case .string(let table) = operand else { throw fail(location, testField, "expected a table name") }
             guard let rows = tables.stringTable(named: table) else {

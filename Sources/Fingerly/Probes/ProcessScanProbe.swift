@@ -6,12 +6,15 @@ struct ProcessScanProbe: Probe {
     func collect(into context: ProbeContext) throws(ProbeFailure) {
         let host = context.host
         let entries: [String]
-        do { entries = try host.listDirectory("/proc") } catch { throw ProbeFailure(error) }
+        // Process ids only, and as many as a busy host runs: short numeric names cost no heap.
+        do {
+            entries = try host.listDirectory("/proc", limit: 131_072) { name in name.utf8.count <= 10 && name.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } }
+        } catch { throw ProbeFailure(error) }
         var displays: [String] = []
         var injectors: [String] = []
         var uinputHolders: [String] = []
         var deniedFds = 0
-        for pid in entries where pid.allSatisfy(\.isNumber) {
+        for pid in entries {
             // Processes come and go while we look: a vanished one is simply skipped.
             guard let comm = try? host.readAttribute("/proc/\(pid)/comm") else { continue }
             if context.tables.virtualDisplayProcesses.contains(comm) {
