@@ -40,6 +40,8 @@ import Testing
         "parent_is_debugger": (.debugger, ["process.parent_comm": .string("strace")], "strace"),
         "instrumentation_preload": (.instrumentation, ["loader.ld_preload": .string("/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so")], nil),
         "ld_so_preload": (.tampering, ["loader.preload_file_entries": .strings(["/lib/x.so"])], nil),
+        "ld_so_preload_oversized": (.tampering, ["loader.preload_file_oversized": .bool(true)], nil),
+        "trust_file_oversized": (.mitm, ["tls.oversized_trust_files": .strings(["/etc/ssl/certs/ca-certificates.crt"])], nil),
         "ld_audit": (.tampering, ["loader.ld_audit": .string("/tmp/audit.so")], nil),
         "ld_preload": (.tampering, ["loader.ld_preload": .string("/tmp/hook.so")], nil),
         "pin_mismatch": (.mitm, ["tls.pin_mismatches": .strings(["example.org:443 presented 'CN=example.org' issued by 'CN=Evil'"])], nil),

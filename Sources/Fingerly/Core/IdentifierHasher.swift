@@ -90,18 +90,34 @@ struct IdentifierHasher: Sendable {
     /// Personal free text as the policy wants it in the report. The fingerprint is keyed like
     /// the identifiers and domain-separated from them, so it never equals an identifier hash;
     /// 64 bits are plenty to tell texts apart and say nothing more about them.
-    /// A text with the name of every home directory in it (`/home/<name>`) fingerprinted, the
-    /// rest as it is: the path still says what was loaded or preloaded, not whose account it is.
+    /// Where a user's own name is the next path component: home directories (/home, /var/home),
+    /// udisks2 mounts (/media/<user>, /run/media/<user>) and WSL's Windows profiles (/mnt/c/Users).
+    static let perUserDirectories = ["/home/", "/media/", "/Users/"]
+
+    /// A text with the user's name in every per-user directory in it fingerprinted, the rest as
+    /// it is: the path still says what was loaded or preloaded, not whose account it is. Empty
+    /// and "." components after the directory are skipped, so `/home//alice` and `/home/./alice`
+    /// are reduced too.
     func personalPaths(_ text: String) -> String {
-        guard freeText == .fingerprint, text.contains("/home/") else { return text }
+        guard freeText == .fingerprint, Self.perUserDirectories.contains(where: { text.contains($0) }) else { return text }
         var result = ""
         var rest = Substring(text)
-        while let start = rest.firstRange(of: "/home/") {
-            result += rest[..<start.upperBound]
-            let nameEnd = rest[start.upperBound...].firstIndex { $0 == "/" || $0 == ":" || $0 == " " || $0 == "\t" || $0 == "," || $0 == ")" }
-                ?? rest.endIndex
-            let name = rest[start.upperBound..<nameEnd]
-            result += name.isEmpty ? "" : personal(String(name))
+        func nextMarker(in text: Substring) -> Range<Substring.Index>? {
+            Self.perUserDirectories.compactMap { text.firstRange(of: $0) }.min { $0.lowerBound < $1.lowerBound }
+        }
+        let ends: Set<Character> = ["/", ":", " ", "\t", ",", ")", ";", "'", "\""]
+        while let marker = nextMarker(in: rest) {
+            result += rest[..<marker.upperBound]
+            rest = rest[marker.upperBound...]
+            // "//" and "/./" name the same directory: the name is the first real component.
+            while true {
+                if rest.hasPrefix("/") { result += "/"; rest = rest.dropFirst() }
+                else if rest.hasPrefix("./") { result += "./"; rest = rest.dropFirst(2) }
+                else { break }
+            }
+            let nameEnd = rest.firstIndex { ends.contains($0) } ?? rest.endIndex
+            let name = rest[..<nameEnd]
+            if !name.isEmpty && name != "." && name != ".." { result += personal(String(name)) } else { result += name }
             rest = rest[nameEnd...]
         }
         return result + rest

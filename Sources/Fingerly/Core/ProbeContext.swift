@@ -104,7 +104,7 @@ final class ProbeContext {
 
     func note(_ text: String) {
         guard notes.count < Self.noteLimit else { return }
-        notes.append(text.truncatedToUTF8(Self.stringValueByteLimit))
+        notes.append(hasher.personalPaths(text).truncatedToUTF8(Self.stringValueByteLimit))
     }
 
     /// Offers a value to the stable identifiers. It is hashed here; `world-readable` says
@@ -145,8 +145,10 @@ final class ProbeContext {
             if issues.count == Self.issueLimit { issues.append(summary) } else { issues[issues.count - 1] = summary }
             return
         }
-        issues.append(SourceIssue(path: error.path.truncatedToUTF8(Self.stringValueByteLimit), status: ProbeStatus(error.failure),
-                                  detail: error.detail.truncatedToUTF8(Self.stringValueByteLimit)))
+        // Paths under a home directory name its user: reduced like the signals marked personalPaths.
+        issues.append(SourceIssue(path: hasher.personalPaths(error.path).truncatedToUTF8(Self.stringValueByteLimit),
+                                  status: ProbeStatus(error.failure),
+                                  detail: hasher.personalPaths(error.detail).truncatedToUTF8(Self.stringValueByteLimit)))
     }
 
     func recordMalformed(_ path: String, _ detail: String) {

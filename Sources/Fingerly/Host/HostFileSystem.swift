@@ -177,7 +177,7 @@ public struct HostFileSystem: Sendable {
     /// (a FIFO, a socket, a terminal): a hostile tree would hang the probe.
     public func read(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> [UInt8] {
         log?.record(path)
-        let (fd, status) = try openForReading(path, what: "a regular file") { $0.isRegularFile || (isLiveHost && $0.isCharacterDevice) }
+        let (fd, status) = try openForReading(path, what: "a regular file") { $0.isRegularFile }
         defer { close(fd) }
         let wantedTotal = min(limit, allowance.map { $0.remaining } ?? limit)
         var bytes: [UInt8] = []
@@ -206,6 +206,21 @@ public struct HostFileSystem: Sendable {
             try allowance?.check(path)
         }
         return bytes
+    }
+
+    /// Reads a whole file of at most `limit` bytes; a longer one is malformed, never cut. For
+    /// files whose every line counts (ld.so.preload, trusted certificates): a prefix judged as
+    /// the whole would let padding hide what follows it.
+    func readWhole(_ path: String, limit: Int, bypassingLibc: Bool = false) throws(HostReadError) -> [UInt8] {
+        let bytes = bypassingLibc ? try readBypassingLibc(path, limit: limit + 1) : try read(path, limit: limit + 1)
+        guard bytes.count <= limit else {
+            throw HostReadError(.malformed, path: path, detail: Self.oversizedDetail(limit))
+        }
+        return bytes
+    }
+
+    static func oversizedDetail(_ limit: Int) -> String {
+        "larger than the \(limit)-byte limit: not read in part, since a part would be judged as the whole"
     }
 
     /// Reads a file as UTF-8 text; invalid UTF-8 is malformed rather than silently repaired.
@@ -351,7 +366,10 @@ public struct HostFileSystem: Sendable {
     /// and nothing can be swapped in between the check and the open.
     private func openForReading(_ path: String, what: String, accept: (FileStatus) -> Bool) throws(HostReadError) -> (Int32, FileStatus) {
         let flags = O_RDONLY | O_NONBLOCK | O_NOCTTY
-        guard !isLiveHost else {
+        // procfs and sysfs hold no device nodes and no FIFOs: there the plain open is safe and
+        // saves two system calls on the hottest path. Elsewhere on the live host a file can be a
+        // link the user made ($HOME/.config/dconf/user -> /dev/watchdog under `sudo -E`).
+        guard !isLiveHost || !(path.hasPrefix("/proc/") || path.hasPrefix("/sys/")) else {
             let fd = try openDescriptor(path, flags: flags)
             let status: FileStatus
             do { status = try self.status(of: fd, path: path) } catch { close(fd); throw error }
@@ -361,6 +379,7 @@ public struct HostFileSystem: Sendable {
             }
             return (fd, status)
         }
+        // The live host resolves the path as the kernel would; a root prefix inside its tree.
         let located = try openDescriptor(path, flags: fingerlyOpenPath)
         defer { close(located) }
         let status = try status(of: located, path: path)

@@ -59,7 +59,14 @@ struct BoundedText {
         case 0..<0x20, 0x7F...0x9F:
             let hex = String(scalar.value, radix: 16, uppercase: true)
             return "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-        default: return nil
+        case 0x2028, 0x2029:
+            return "\\u" + String(scalar.value, radix: 16, uppercase: true)
+        default:
+            // Invisible format characters: bidi overrides (U+202E shows text reversed), isolates,
+            // zero-width spaces and joiners. A host string must read as what it holds.
+            guard scalar.value > 0x9F, scalar.properties.generalCategory == .format else { return nil }
+            let hex = String(scalar.value, radix: 16, uppercase: true)
+            return "\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
         }
     }
 

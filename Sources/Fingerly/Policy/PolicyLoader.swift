@@ -17,6 +17,9 @@ struct PolicyLoader {
     private static let verdictFields: Set<String> = ["corroborate", "rules"]
     /// Most needles one containsAny condition may hold.
     static let needleLimit = 512
+    /// Most substring needles (contains and containsAny) a whole policy may hold; the default has
+    /// about a hundred, and each costs a search of a value of at most 512 bytes.
+    static let policyNeedleLimit = 16_384
     private static let testFields: Set<String> = ["equals", "notEquals", "in", "present", "contains", "containsAny",
                                                   "inTable", "greaterThan", "lessThan"]
     /// Rule ids are stable codes that every fired rule repeats in the result (reasons,
@@ -117,6 +120,18 @@ struct PolicyLoader {
                     factors[confidence] = factor
                 }
             }
+        }
+        // The engine's cost after collection is needles times value length: bounded per policy, not
+        // only per condition, or a policy of many rules would hold the verdicts past the budget.
+        let needles = verdicts.values.flatMap(\.rules).flatMap(\.conditions).reduce(0) { total, condition in
+            switch condition.test {
+            case .containsAny(let list): return total + list.count
+            case .contains: return total + 1
+            default: return total
+            }
+        }
+        guard needles <= Self.policyNeedleLimit else {
+            throw fail(nil, "verdicts", "\(needles) substring needles in all; at most \(Self.policyNeedleLimit) (put long lists in a detection table and use inTable)")
         }
         let freeText = try FreeTextHandling.fromPolicySection(top["privacy"], source: source)
         return Policy(name: name, source: source, verdicts: verdicts, suspectWeights: weights, confidenceFactors: factors,

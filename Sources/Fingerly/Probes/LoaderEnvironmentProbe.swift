@@ -1,6 +1,8 @@
 /// Dynamic-loader injection points: LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH and /etc/ld.so.preload.
 struct LoaderEnvironmentProbe: Probe {
     let id = "loader-environment"
+    /// Real preload files list a library or two; 64 KiB is far past any of them.
+    static let preloadFileLimit = 64 * 1024
     static let variables = [
         ("LD_PRELOAD", "loader.ld_preload"),
         ("LD_AUDIT", "loader.ld_audit"),
@@ -27,13 +29,19 @@ struct LoaderEnvironmentProbe: Probe {
         }
         if context.wants("loader.preload_file_entries"),
            // Raw system calls: a rootkit listed there typically hooks open() to hide the file.
-           let text = context.attemptIfPresent({ () throws(HostReadError) in try host.readTextBypassingLibc("/etc/ld.so.preload") }) {
+           // glibc reads all of it, so a file too long to read whole is itself the finding.
+           let text = context.attemptIfPresent({ () throws(HostReadError) in
+               let bytes = try host.readWhole("/etc/ld.so.preload", limit: Self.preloadFileLimit, bypassingLibc: true)
+               return String(decoding: bytes, as: UTF8.self)
+           }) {
             // ld.so(8): entries separated by white space; '#' starts a comment in glibc's parser.
             let entries = text.split(separator: "\n")
                 .map { $0.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? "" }
                 .flatMap { $0.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == ":" }) }
                 .map(String.init)
             context.emit("loader.preload_file_entries", entries)
+        } else if context.issues.contains(where: { $0.path == "/etc/ld.so.preload" && $0.detail == HostFileSystem.oversizedDetail(Self.preloadFileLimit) }) {
+            context.emit("loader.preload_file_oversized", true)
         }
     }
 }

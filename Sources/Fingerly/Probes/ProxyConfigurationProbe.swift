@@ -51,7 +51,7 @@ struct ProxyConfigurationProbe: Probe {
                 case "1":
                     let address = fields["httpsProxy"] ?? fields["httpProxy"] ?? "?"
                     desktop.append("KDE: manual proxy \(ProxyEnvironmentProbe.withoutCredentials(address.replacing(" ", with: ":")))")
-                case "2": desktop.append("KDE: automatic proxy configuration \(fields["Proxy Config Script"] ?? "")")
+                case "2": desktop.append("KDE: automatic proxy configuration \(ProxyEnvironmentProbe.withoutCredentials(fields["Proxy Config Script"] ?? ""))")
                 case "3": desktop.append("KDE: automatic proxy discovery (WPAD)")
                 default: break
                 }

@@ -43,8 +43,10 @@ struct ProxyEnvironmentProbe: Probe {
     /// Drops `user:password@` from a proxy URL: the address is evidence, the credentials are not ours.
     static func withoutCredentials(_ value: String) -> String {
         let schemeEnd = value.firstRange(of: "://")?.upperBound ?? value.startIndex
-        let authorityEnd = value[schemeEnd...].firstIndex(of: "/") ?? value.endIndex
-        guard let at = value[schemeEnd..<authorityEnd].lastIndex(of: "@") else { return value }
+        // A password may hold a raw "/" (invalid, yet clients take it), which would end the
+        // authority early and hide its "@": the last "@" anywhere ends the credentials. Losing a
+        // path that holds an "@" is the cheaper mistake.
+        guard let at = value[schemeEnd...].lastIndex(of: "@") else { return value }
         return String(value[..<schemeEnd]) + String(value[value.index(after: at)...])
     }
 

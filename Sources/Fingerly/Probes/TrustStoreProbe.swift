@@ -29,6 +29,8 @@ struct CertificateSummary: Hashable {
 /// Where trusted roots come from, on Debian's layout (ca-certificates).
 struct TrustStore {
     static let bundle = "/etc/ssl/certs/ca-certificates.crt"
+    /// Debian's bundle is about 220 KiB.
+    static let fileLimit = 2 * 1024 * 1024
     static let certificateDirectory = "/etc/ssl/certs"
     static let packaged = "/usr/share/ca-certificates/mozilla"
     static let localDirectory = "/usr/local/share/ca-certificates"
@@ -49,7 +51,9 @@ struct TrustStore {
     static func read(_ context: ProbeContext) -> TrustStore? {
         let host = context.host
         func bytes(_ path: String) -> [UInt8]? {
-            context.attemptIfPresent { () throws(HostReadError) in try host.read(path, limit: 2 * 1024 * 1024) }
+            // Whole or not at all: OpenSSL reads every certificate of the file, so padding in front
+            // of an added root must not push it past what is read.
+            context.attemptIfPresent { () throws(HostReadError) in try host.readWhole(path, limit: Self.fileLimit) }
         }
         func fingerprints(_ path: String) -> [String] { bytes(path).map(CertificateSummary.fingerprints) ?? [] }
 
@@ -149,6 +153,9 @@ struct TrustStoreProbe: Probe {
             context.emit("tls.interception_cas", interception)
             if let product = products.first { context.emit("tls.interception_product", product) }
         }
+
+        let oversized = context.issues.filter { $0.detail == HostFileSystem.oversizedDetail(TrustStore.fileLimit) }.map(\.path)
+        context.emit("tls.oversized_trust_files", oversized)
 
         if let anchors = try? host.listDirectory("/etc/pki/ca-trust/source/anchors") {
             context.emit("tls.rhel_anchors", anchors.count)
