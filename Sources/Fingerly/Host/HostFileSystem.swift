@@ -148,9 +148,10 @@ public struct HostFileSystem: Sendable {
     public var isLiveHost: Bool { root == "/" }
 
     /// Opens a host path. With `followFinalLink` false a final symbolic link is opened itself
-    /// (fingerlyOpenPath), to read or stat the link.
+    /// (O_PATH), to read or stat the link.
     func openDescriptor(_ path: String, flags: Int32, followFinalLink: Bool = true) throws(HostReadError) -> Int32 {
-        precondition(path.hasPrefix("/"), "host paths are absolute")
+        // Paths are built from host data too (HOME from the environment): an error, never a trap.
+        guard path.hasPrefix("/") else { throw HostReadError(.malformed, path: path, detail: "not an absolute path") }
         try allowance?.check(path)
         guard let rootDirectory else {
             let finalFlags = followFinalLink ? flags : (fingerlyOpenPath | O_NOFOLLOW)
