@@ -64,7 +64,8 @@ static long raw_syscall3(long number, long a, long b, long c) {
 ssize_t fingerly_raw_read_file(const char *path, char *buffer, size_t capacity) {
     long fd;
     do {
-        fd = raw_syscall4(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0);
+        // O_NONBLOCK: a FIFO where a file is expected must not hang the probe on open.
+        fd = raw_syscall4(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
     } while (fd == -EINTR);
     if (fd < 0) return fd;
     size_t total = 0;
@@ -223,10 +224,4 @@ int fingerly_permanent_mac(const char *interface, unsigned char *out) {
     if (result < 0 || request.header.size != 6) return -1;
     memcpy(out, request.header.data, 6);
     return 0;
-}
-
-int64_t fingerly_birth_time(const char *path) {
-    struct statx info;
-    if (statx(AT_FDCWD, path, 0, STATX_BTIME, &info) != 0 || !(info.stx_mask & STATX_BTIME) || info.stx_btime.tv_sec <= 0) return -1;
-    return (int64_t)info.stx_btime.tv_sec;
 }

@@ -89,9 +89,9 @@ static int open_by_walking(int root_fd, const char *path, int flags, bool follow
         size_t length = pop_front(&pending, component);
         bool final = only_slashes(&pending);
         if (length == 0) {
-            // The path named a directory already on the stack (the root, or after "..").
-            result = final ? (int)openat(stack[depth], ".", (flags | O_CLOEXEC) & ~O_NOFOLLOW) : -ENOENT;
-            if (result < 0 && final) result = -errno;
+            // Nothing but slashes was left: the path named a directory already on the stack.
+            result = (int)openat(stack[depth], ".", (flags | O_CLOEXEC) & ~O_NOFOLLOW);
+            if (result < 0) result = -errno;
             break;
         }
         if (length > name_limit) { result = -ENAMETOOLONG; break; }

@@ -45,6 +45,19 @@ static void name_line(X509_NAME *name, char *out, size_t capacity) {
     BIO_free(bio);
 }
 
+/// The SPKI SHA-256 of a certificate, base64, as pins are written.
+static void spki_pin(X509 *certificate, char out[64]) {
+    out[0] = 0;
+    unsigned char *spki = NULL;
+    int spki_length = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(certificate), &spki);
+    if (spki_length <= 0) return;
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int digest_length = 0;
+    if (EVP_Digest(spki, (size_t)spki_length, digest, &digest_length, EVP_sha256(), NULL) && digest_length == 32)
+        EVP_EncodeBlock((unsigned char *)out, digest, (int)digest_length);
+    OPENSSL_free(spki);
+}
+
 /// One line per certificate: sha256 fingerprint, SPKI sha256 (base64), subject, issuer.
 static void describe(X509 *certificate, struct text_out *out) {
     unsigned char digest[EVP_MAX_MD_SIZE];
@@ -52,16 +65,8 @@ static void describe(X509 *certificate, struct text_out *out) {
     char fingerprint[2 * EVP_MAX_MD_SIZE + 1] = "";
     if (X509_digest(certificate, EVP_sha256(), digest, &length)) hex(digest, length, fingerprint);
 
-    char pin[64] = "";
-    unsigned char *spki = NULL;
-    int spki_length = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(certificate), &spki);
-    if (spki_length > 0) {
-        unsigned char spki_digest[EVP_MAX_MD_SIZE];
-        unsigned int spki_digest_length = 0;
-        EVP_Digest(spki, (size_t)spki_length, spki_digest, &spki_digest_length, EVP_sha256(), NULL);
-        EVP_EncodeBlock((unsigned char *)pin, spki_digest, (int)spki_digest_length);
-        OPENSSL_free(spki);
-    }
+    char pin[64];
+    spki_pin(certificate, pin);
     char subject[1024], issuer[1024];
     name_line(X509_get_subject_name(certificate), subject, sizeof subject);
     name_line(X509_get_issuer_name(certificate), issuer, sizeof issuer);
@@ -151,6 +156,7 @@ static enum host_kind host_syntax(const char *host) {
 static int bare_host_of(const char *host, enum host_kind kind, char *bare, size_t capacity) {
     size_t length = strlen(host);
     if (kind == host_ipv6) {
+        if (length < 2 || length - 2 >= capacity) return 0;
         memcpy(bare, host + 1, length - 2);
         bare[length - 2] = 0;
         return 1;
@@ -334,18 +340,6 @@ static int read_proxy_reply(int fd, int64_t deadline) {
     return strncmp(reply, "HTTP/1.1 200", 12) == 0 || strncmp(reply, "HTTP/1.0 200", 12) == 0 ? 1 : -1;
 }
 
-/// The SPKI SHA-256 of a certificate, base64, as pins are written.
-static void spki_pin(X509 *certificate, char out[64]) {
-    out[0] = 0;
-    unsigned char *spki = NULL;
-    int spki_length = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(certificate), &spki);
-    if (spki_length <= 0) return;
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int digest_length = 0;
-    if (EVP_Digest(spki, (size_t)spki_length, digest, &digest_length, EVP_sha256(), NULL) && digest_length == 32)
-        EVP_EncodeBlock((unsigned char *)out, digest, (int)digest_length);
-    OPENSSL_free(spki);
-}
 
 /// Whether `pin` is one of the newline-separated `pins`.
 static int pin_listed(const char *pins, const char *pin) {

@@ -123,10 +123,8 @@ struct IdentifyCommand {
             return .dataError
         }
         let policy: Policy?
-        let freeText: FreeTextHandling
         do {
             policy = try policyPath.map { path throws(PolicyError) in try Policy.load(contentsOf: path) }
-            freeText = self.freeText ?? policy?.freeText ?? .fingerprint
         } catch {
             io.standardError("fingerly-identify: invalid policy: \(error)\n")
             return .dataError
@@ -139,7 +137,7 @@ struct IdentifyCommand {
                                          options: CollectionOptions(root: root, attributesToIgnore: ignore, policy: policy,
                                                                      tlsPinChecks: pinChecks,
                                                                      stateDirectory: stateDirectory ?? CollectionOptions.defaultStateDirectory(environment: io.environment),
-                                                                     freeText: freeText))
+                                                                     freeText: self.freeText))
         } catch {
             io.standardError("fingerly-identify: \(error)\n")
             return .usage

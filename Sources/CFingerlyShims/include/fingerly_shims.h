@@ -54,9 +54,6 @@ int fingerly_symbol_origin(const char *symbol, const char *library, const void *
 int fingerly_compare_code_with_file(const void *address, unsigned char *memory, unsigned char *disk, size_t count,
                                     char *path, size_t path_capacity);
 
-/// The birth time (seconds since the epoch) of a file from statx, or -1 where the filesystem
-/// keeps none. statx is only declared under _GNU_SOURCE, which Swift's Glibc module does not set.
-int64_t fingerly_birth_time(const char *path);
 
 /// The SHA-256 fingerprint (hex) of every certificate in PEM text, one a line, without parsing them.
 size_t fingerly_certificate_fingerprints(const char *pem, size_t length, char *buffer, size_t capacity);

@@ -102,8 +102,18 @@ struct IdentifierHasher: Sendable {
         guard freeText == .fingerprint, Self.perUserDirectories.contains(where: { text.contains($0) }) else { return text }
         var result = ""
         var rest = Substring(text)
+        // One forward scan over the slashes: searching the whole rest for every marker on every
+        // pass would make a long LD_LIBRARY_PATH of /home entries quadratic.
         func nextMarker(in text: Substring) -> Range<Substring.Index>? {
-            Self.perUserDirectories.compactMap { text.firstRange(of: $0) }.min { $0.lowerBound < $1.lowerBound }
+            var from = text.startIndex
+            while let slash = text[from...].firstIndex(of: "/") {
+                let tail = text[slash...]
+                if let marker = Self.perUserDirectories.first(where: { tail.hasPrefix($0) }) {
+                    return slash..<text.index(slash, offsetBy: marker.count)
+                }
+                from = text.index(after: slash)
+            }
+            return nil
         }
         let ends: Set<Character> = ["/", ":", " ", "\t", ",", ")", ";", "'", "\""]
         while let marker = nextMarker(in: rest) {

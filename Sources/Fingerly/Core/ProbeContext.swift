@@ -201,15 +201,8 @@ extension String {
     /// At most `limit` UTF-8 bytes, cut on a scalar boundary, with "…" where something was cut.
     func truncatedToUTF8(_ limit: Int) -> String {
         guard utf8.count > limit else { return self }
-        var kept = String.UnicodeScalarView()
-        var bytes = 0
-        let room = Swift.max(0, limit - 3)
-        for scalar in unicodeScalars {
-            let size = UTF8.width(scalar)
-            guard bytes + size <= room else { break }
-            bytes += size
-            kept.append(scalar)
-        }
-        return String(kept) + "…"
+        var text = BoundedText(limit: limit)
+        text.append(self, escapingControls: false)
+        return text.text
     }
 }

@@ -103,9 +103,8 @@ enum InstallationSecret {
         var bytes = [UInt8](repeating: 0, count: length)
         var filled = 0
         while filled < length {
-            let count = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress! + filled, length - filled) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { return .unavailable("short read") }
+            let result = bytes.withUnsafeMutableBytes { buffer in retryingOnInterrupt { read(fd, buffer.baseAddress! + filled, length - filled) } }
+            guard case .success(let count) = result, count > 0 else { return .unavailable("short read") }
             filled += count
         }
         return .secret(bytes)
@@ -124,15 +123,14 @@ enum InstallationSecret {
     private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
         var offset = 0
         while offset < bytes.count {
-            let count = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { return false }
+            let result = bytes.withUnsafeBytes { buffer in retryingOnInterrupt { write(fd, buffer.baseAddress! + offset, bytes.count - offset) } }
+            guard case .success(let count) = result, count > 0 else { return false }
             offset += count
         }
         return true
     }
 
-    private static func describe(_ code: Int32) -> String { String(cString: strerror(code)) }
+    private static func describe(_ code: Int32) -> String { SystemError(code).description }
 }
 
 /// Bytes from the kernel's random pool: the standard library's generator is getrandom(2) on

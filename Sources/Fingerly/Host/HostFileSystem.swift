@@ -226,7 +226,10 @@ public struct HostFileSystem: Sendable {
 
     /// Reads a file as UTF-8 text; invalid UTF-8 is malformed rather than silently repaired.
     public func readText(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> String {
-        let bytes = try read(path, limit: limit)
+        try Self.utf8Text(read(path, limit: limit), path: path)
+    }
+
+    private static func utf8Text(_ bytes: [UInt8], path: String) throws(HostReadError) -> String {
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw HostReadError(.malformed, path: path, detail: "not valid UTF-8 text")
         }
@@ -256,11 +259,7 @@ public struct HostFileSystem: Sendable {
     }
 
     public func readTextBypassingLibc(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> String {
-        let bytes = try readBypassingLibc(path, limit: limit)
-        guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw HostReadError(.malformed, path: path, detail: "not valid UTF-8 text")
-        }
-        return text
+        try Self.utf8Text(readBypassingLibc(path, limit: limit), path: path)
     }
 
     /// The first line of a sysfs-style attribute file, trimmed.
@@ -291,7 +290,7 @@ public struct HostFileSystem: Sendable {
             defer { close(fd) }
             let count = buffer.withUnsafeMutableBufferPointer { fingerly_read_link_fd(fd, $0.baseAddress!, UInt(capacity)) }
             guard count >= 0 else {
-                // ENOENT from readlinkat on an fingerlyOpenPath descriptor that is no link: as readlink(2) says it.
+                // ENOENT from readlinkat on an O_PATH descriptor that is no link: as readlink(2) says it.
                 let code = Int32(-count) == ENOENT ? EINVAL : Int32(-count)
                 throw HostReadError(path: path, systemError: SystemError(code))
             }

@@ -102,10 +102,6 @@ extension StringProtocol {
     /// from a measured tree may carry ESC sequences that retitle or clear it.
     package var escapingControlCharacters: String {
         guard unicodeScalars.contains(where: { BoundedText.escape($0) != nil }) else { return String(self) }
-        var text = ""
-        for scalar in unicodeScalars {
-            if let escaped = BoundedText.escape(scalar) { text += escaped } else { text.unicodeScalars.append(scalar) }
-        }
-        return text
+        return BoundedText.bounded(self, limit: .max)
     }
 }

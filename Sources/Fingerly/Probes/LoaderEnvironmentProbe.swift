@@ -32,6 +32,8 @@ struct LoaderEnvironmentProbe: Probe {
            // glibc reads all of it, so a file too long to read whole is itself the finding.
            let text = context.attemptIfPresent({ () throws(HostReadError) in
                let bytes = try host.readWhole("/etc/ld.so.preload", limit: Self.preloadFileLimit, bypassingLibc: true)
+               // Decoded with repair, not refused: the loader takes any bytes as a path, so an
+               // invalid byte must not turn a listed library into missing evidence.
                return String(decoding: bytes, as: UTF8.self)
            }) {
             // ld.so(8): entries separated by white space; '#' starts a comment in glibc's parser.

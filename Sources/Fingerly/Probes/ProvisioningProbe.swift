@@ -24,7 +24,7 @@ struct ProvisioningProbe: Probe {
         if let newest = keyTimes.max() { context.emit("provision.ssh_host_key_age_days", ageDays(newest)) }
         // Under a root prefix "/" is whatever directory was given (an unpacked tree, a fixture):
         // its birth says nothing about the installation.
-        if host.isLiveHost, let birth = Self.birthTime("/") { context.emit("provision.root_birth_age_days", ageDays(birth)) }
+        if host.isLiveHost, let birth = (try? host.status("/"))?.birthSeconds.map(Double.init) { context.emit("provision.root_birth_age_days", ageDays(birth)) }
 
         // dpkg.log starts "YYYY-MM-DD HH:MM:SS": its first line is the oldest entry kept.
         if let log = context.attemptIfPresent({ () throws(HostReadError) in try host.read("/var/log/dpkg.log", limit: 64) }),
@@ -37,12 +37,6 @@ struct ProvisioningProbe: Probe {
 
     static func modificationTime(_ path: String, host: HostFileSystem) -> Double? {
         (try? host.status(path)).map { Double($0.modifiedSeconds) }
-    }
-
-    /// statx's birth time; nil where the filesystem does not keep one.
-    static func birthTime(_ path: String) -> Double? {
-        let seconds = fingerly_birth_time(path)
-        return seconds < 0 ? nil : Double(seconds)
     }
 
     static func parseDate(_ text: String) -> Double? {

@@ -31,6 +31,7 @@ struct TrustStore {
     static let bundle = "/etc/ssl/certs/ca-certificates.crt"
     /// Debian's bundle is about 220 KiB.
     static let fileLimit = 2 * 1024 * 1024
+    static let scanCutDetail = "more locally added certificates than one scan describes: some were not examined"
     static let certificateDirectory = "/etc/ssl/certs"
     static let packaged = "/usr/share/ca-certificates/mozilla"
     static let localDirectory = "/usr/local/share/ca-certificates"
@@ -96,13 +97,18 @@ struct TrustStore {
             guard let contents = bytes(path) else { continue }
             readAny = true
             let source = (path: path, bytes: contents)
-            var buffer = [CChar](repeating: 0, count: 256 * 1024)
+            // A local root's line is at most about 2.2 KiB and its certificate at least a few hundred
+            // bytes: twice the file holds every line. Near full still means lines were dropped.
+            var buffer = [CChar](repeating: 0, count: max(256 * 1024, contents.count * 2))
             let length = source.bytes.withUnsafeBufferPointer { data in
                 data.withMemoryRebound(to: CChar.self) {
                     fingerly_scan_trusted_certificates($0.baseAddress, $0.count, shipped, &buffer, buffer.count)
                 }
             }
             let text = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if length + 4096 >= buffer.count {
+                context.recordMalformed(path, Self.scanCutDetail)
+            }
             var impersonating: Set<String> = []
             var found: [CertificateSummary] = []
             for line in text.split(separator: "\n") {
@@ -154,7 +160,7 @@ struct TrustStoreProbe: Probe {
             if let product = products.first { context.emit("tls.interception_product", product) }
         }
 
-        let oversized = context.issues.filter { $0.detail == HostFileSystem.oversizedDetail(TrustStore.fileLimit) }.map(\.path)
+        let oversized = context.issues.filter { [HostFileSystem.oversizedDetail(TrustStore.fileLimit), TrustStore.scanCutDetail].contains($0.detail) }.map(\.path)
         context.emit("tls.oversized_trust_files", oversized)
 
         if let anchors = try? host.listDirectory("/etc/pki/ca-trust/source/anchors") {
