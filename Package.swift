@@ -1,6 +1,13 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+// Layers, each a target so the compiler keeps them apart:
+//   FingerlyModel   the report's value types, the JSON reader; no I/O, no dependencies
+//   FingerlyHost    every read of the measured host, syscall wrappers, the C shims
+//   FingerlyProbes  the probes, their context, the catalogue and the detection tables
+//   FingerlyPolicy  the policy, the verdict engine and the suspect score; bytes in, verdicts out
+//   Fingerly        the scheduler and the SDK; the only public surface (with FingerlyModel)
+// FingerlyProbes cannot see FingerlyPolicy, and FingerlyPolicy cannot see FingerlyHost.
 let package = Package(
     name: "Fingerly",
     products: [
@@ -13,26 +20,34 @@ let package = Package(
         .systemLibrary(name: "CBlkid", pkgConfig: "blkid", providers: [.apt(["libblkid-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
 
-        // What Swift cannot call directly: inline asm (CPUID).
+        // What Swift cannot call directly: inline asm (CPUID), raw system calls, OpenSSL's macros.
         .target(name: "CFingerlyShims", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
 
+        .target(name: "FingerlyModel"),
+        .target(name: "FingerlyHost", dependencies: ["CFingerlyShims"]),
         .target(
-            name: "Fingerly",
-            dependencies: ["CCrypto", "CUdev", "CBlkid", "CFingerlyShims"],
+            name: "FingerlyProbes",
+            dependencies: ["FingerlyModel", "FingerlyHost", "CFingerlyShims", "CCrypto", "CUdev", "CBlkid"],
             resources: [
-                // Symlinks to the top-level probes/ and policies/ data, compiled into the binary
-                // so an installed copy never looks for the build tree.
+                // Symlinks to the top-level probes/ data, compiled into the binary so an
+                // installed copy never looks for the build tree.
                 .embedInCode("Embedded/catalogue.json"),
                 .embedInCode("Embedded/tables.json"),
-                .embedInCode("Embedded/default-policy.json"),
             ]
         ),
-        .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly"]),
+        .target(
+            name: "FingerlyPolicy",
+            dependencies: ["FingerlyModel"],
+            resources: [.embedInCode("Embedded/default-policy.json")]
+        ),
+        .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy"]),
+        .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyProbes", "FingerlyPolicy"]),
         .executableTarget(name: "fingerly-identify", dependencies: ["FingerlyIdentifyCommand"]),
 
         .testTarget(
             name: "FingerlyTests",
-            dependencies: ["Fingerly", "FingerlyIdentifyCommand", "CUdev", "CBlkid"]
+            dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
+                           "FingerlyIdentifyCommand", "CUdev", "CBlkid"]
         ),
     ],
     swiftLanguageModes: [.v6]

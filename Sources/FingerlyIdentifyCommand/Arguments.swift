@@ -1,3 +1,7 @@
+import FingerlyModel
+import FingerlyPolicy
+import FingerlyProbes
+
 /// A bad command line; printed with a pointer to `--help` and exit code 64.
 public struct UsageError: Error, Equatable, CustomStringConvertible {
     public let message: String

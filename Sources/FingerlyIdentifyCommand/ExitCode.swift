@@ -1,3 +1,5 @@
+import Fingerly
+
 /// Exit statuses, following sysexits(3) where one fits.
 public enum ExitCode: Int32, Sendable {
     case success = 0
@@ -11,6 +13,23 @@ public enum ExitCode: Int32, Sendable {
     case unavailable = 69
     /// EX_SOFTWARE: an internal error.
     case software = 70
+    /// EX_NOPERM: consent is not granted.
+    case noPermission = 77
+
+    /// Says why a library call failed and gives its status: every command maps the same error
+    /// to the same code.
+    static func failure(_ error: any Error, _ io: CommandIO) -> ExitCode {
+        io.standardError("fingerly-identify: \(error)\n")
+        switch error {
+        case FingerlyError.invalidConfiguration(let field, _):
+            // A policy file is input the command was given; every other field comes from flags.
+            return field == "options.policy" ? .dataError : .usage
+        case FingerlyError.submissionUnavailable: return .unavailable
+        case is ConsentError: return .noPermission
+        case let transport as TransportError: return transport.retryable ? .unavailable : .dataError
+        default: return .software
+        }
+    }
 }
 
 /// Where a command writes. Tests pass buffers; the executable passes the real streams.

@@ -2,6 +2,9 @@ import Fingerly
 #if canImport(Glibc)
 import Glibc
 #endif
+import FingerlyModel
+import FingerlyPolicy
+import FingerlyProbes
 
 /// The whole command line, callable from tests: returns the exit status instead of exiting.
 public enum FingerlyIdentify {

@@ -1,4 +1,7 @@
 import Fingerly
+import FingerlyModel
+import FingerlyPolicy
+import FingerlyProbes
 
 /// The readable summary: verdicts with their reasons, then probe statuses and timings.
 struct HumanReport {
@@ -28,7 +31,7 @@ struct HumanReport {
         lines.append("")
         lines.append(paint("Verdicts", "1"))
         for name in VerdictName.allCases {
-            guard let verdict = result.verdicts[name] else { continue }
+            let verdict = result.verdicts[name]
             let value = verdict.value ? paint("TRUE ", "1;31") : "false"
             var line = "  " + padded(name.rawValue, 16) + value + "  " + verdict.confidence.rawValue
             if let kind = verdict.kind { line = padded(line, 34) + "kind: \(kind)" }
@@ -56,7 +59,11 @@ struct HumanReport {
             }
         }
         lines.append("")
-        lines.append("Suspect score \(result.suspectScore) (\(result.suspectLevel.rawValue)). Nothing was sent (--no-submit); --json shows the full report.")
+        if let score = result.suspectScore, let level = result.suspectLevel {
+            lines.append("Suspect score \(score) (\(level.rawValue)). Nothing was sent (--no-submit); --json shows the full report.")
+        } else {
+            lines.append("No suspect score: the policy has no suspect section. Nothing was sent (--no-submit); --json shows the full report.")
+        }
         switch report.identifierKeying {
         case .apiKey?: lines.append("Identifiers are keyed by the API key.")
         case .installationSecret?: lines.append("Identifiers are keyed by this installation's secret (state directory): no other installation's reports match them.")

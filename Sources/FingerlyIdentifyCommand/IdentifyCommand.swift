@@ -3,6 +3,9 @@ import Fingerly
 import Glibc
 #endif
 import FoundationEssentials
+import FingerlyModel
+import FingerlyPolicy
+import FingerlyProbes
 
 /// `fingerly-identify [options]`: collect, judge, and (for now, only) show locally.
 struct IdentifyCommand {
@@ -14,6 +17,17 @@ struct IdentifyCommand {
     struct FailOn: Equatable {
         let verdict: VerdictName
         let atLeast: Confidence
+
+        /// `.failOnMatched`, after naming what matched, when any rule holds.
+        static func check(_ rules: [FailOn], _ verdict: (VerdictName) -> Verdict?, _ io: CommandIO) -> ExitCode {
+            let matched = rules.compactMap { rule -> String? in
+                guard let found = verdict(rule.verdict), found.value, found.confidence >= rule.atLeast else { return nil }
+                return "\(rule.verdict.rawValue) (\(found.confidence.rawValue))"
+            }
+            guard !matched.isEmpty else { return .success }
+            io.standardError("fingerly-identify: --fail-on matched: \(matched.joined(separator: ", "))\n")
+            return .failOnMatched
+        }
     }
 
     var noSubmit = false
@@ -119,35 +133,20 @@ struct IdentifyCommand {
         }
         var rootInfo = stat()
         guard stat(root, &rootInfo) == 0, (rootInfo.st_mode & S_IFMT) == S_IFDIR else {
-            io.standardError("fingerly-identify: --root \(root): not a directory\n")
+            io.standardError("fingerly-identify: --root \(Self.shown(root)): not a directory\n")
             return .dataError
-        }
-        let policy: Policy?
-        do {
-            policy = try policyPath.map { path throws(PolicyError) in try Policy.load(contentsOf: path) }
-        } catch {
-            io.standardError("fingerly-identify: invalid policy: \(error)\n")
-            return .dataError
-        }
-
-        let fingerly: Fingerly
-        do {
-            // Running the command is the operator's consent to read this host.
-            fingerly = try Fingerly.load(apiKey: apiKey, schedule: schedule, consent: .granted,
-                                         options: CollectionOptions(root: root, attributesToIgnore: ignore, policy: policy,
-                                                                     tlsPinChecks: pinChecks,
-                                                                     stateDirectory: stateDirectory ?? CollectionOptions.defaultStateDirectory(environment: io.environment),
-                                                                     freeText: self.freeText))
-        } catch {
-            io.standardError("fingerly-identify: \(error)\n")
-            return .usage
         }
         let result: IdentifyResult
         do {
+            var options = FingerlyOptions(root: root, attributesToIgnore: ignore, policy: policyPath.map { .file(path: $0) } ?? .embedded,
+                                          stateDirectory: stateDirectory ?? FingerlyOptions.defaultStateDirectory(environment: io.environment),
+                                          freeText: freeText)
+            options.tlsPinChecks = pinChecks
+            // Running the command is the operator's consent to read this host.
+            let fingerly = try await Fingerly.load(apiKey: apiKey, schedule: schedule, consent: .granted, options: options)
             result = try await fingerly.identify(tag: tag, tiers: tiers, submit: false)
         } catch {
-            io.standardError("fingerly-identify: \(error)\n")
-            return .software
+            return ExitCode.failure(error, io)
         }
 
         if json {
@@ -161,15 +160,6 @@ struct IdentifyCommand {
             io.standardOutput(HumanReport(result: result, colour: io.usesColour).render())
         }
 
-        let matched = failOn.filter { rule in
-            guard let verdict = result.verdicts[rule.verdict] else { return false }
-            return verdict.value && verdict.confidence >= rule.atLeast
-        }
-        if !matched.isEmpty {
-            let names = matched.map { "\($0.verdict.rawValue) (\(result.verdicts[$0.verdict]!.confidence.rawValue))" }
-            io.standardError("fingerly-identify: --fail-on matched: \(names.joined(separator: ", "))\n")
-            return .failOnMatched
-        }
-        return .success
+        return FailOn.check(failOn, { result.verdicts[$0] }, io)
     }
 }

@@ -1,5 +1,8 @@
 import Fingerly
 import FoundationEssentials
+import FingerlyModel
+import FingerlyPolicy
+import FingerlyProbes
 
 /// `fingerly-identify integrity [--tiers …] [--json] [--repeat N]`: the runtime integrity
 /// verdicts alone, as an application would ask for them before a sensitive action. With
@@ -24,15 +27,9 @@ struct IntegrityCommand {
     }
 
     func run(_ io: CommandIO) async -> ExitCode {
-        let fingerly: Fingerly
-        do {
-            fingerly = try Fingerly.load(apiKey: nil, schedule: ScheduleOptions(concurrency: concurrency), consent: .granted)
-        } catch {
-            io.standardError("fingerly-identify: \(error)\n")
-            return .software
-        }
         var result: IntegrityResult
         do {
+            let fingerly = try await Fingerly.load(apiKey: nil, schedule: ScheduleOptions(concurrency: concurrency), consent: .granted)
             result = try await fingerly.checkIntegrity(tiers: tiers)
             if let repeatCount {
                 let clock = ContinuousClock()
@@ -49,23 +46,25 @@ struct IntegrityCommand {
                     + "p90 \(format(p90)) ms, min \(format(durations[0])) ms\n")
             }
         } catch {
-            io.standardError("fingerly-identify: \(error)\n")
-            return .software
+            return ExitCode.failure(error, io)
         }
         if json {
-            guard let data = try? JSONEncoder.fingerly.encode(result) else { return .software }
-            io.standardOutput(String(decoding: data, as: UTF8.self) + "\n")
+            do {
+                io.standardOutput(String(decoding: try JSONEncoder.fingerly.encode(result), as: UTF8.self) + "\n")
+            } catch {
+                io.standardError("fingerly-identify: cannot encode the result: \(error)\n")
+                return .software
+            }
         } else {
             var text = ""
             for name in IntegrityResult.verdictNames {
-                guard let verdict = result.verdicts[name] else { continue }
+                guard let verdict = result[name] else { continue }
                 text += "\(name.rawValue): \(verdict.value) (\(verdict.confidence.rawValue))\(verdict.kind.map { ", \($0)" } ?? "")\n"
                 for reason in verdict.reasons { text += "    - [\(reason.code)] \(reason.message)\n" }
             }
             io.standardOutput(text)
         }
-        let matched = failOn.filter { rule in result.verdicts[rule.verdict].map { $0.value && $0.confidence >= rule.atLeast } ?? false }
-        return matched.isEmpty ? .success : .failOnMatched
+        return IdentifyCommand.FailOn.check(failOn, { result[$0] }, io)
     }
 
     private func format(_ value: Double) -> String {

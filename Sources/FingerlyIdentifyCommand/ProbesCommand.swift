@@ -1,5 +1,8 @@
 import Fingerly
 import FoundationEssentials
+import FingerlyModel
+import FingerlyPolicy
+import FingerlyProbes
 
 /// `fingerly-identify probes [--json]`: the probe catalogue, exactly as compiled in.
 struct ProbesCommand {

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 @testable import FingerlyIdentifyCommand
 
 /// The built `fingerly-identify` binary, end to end.
@@ -22,7 +26,7 @@ import Testing
         #expect(report["schemaVersion"] as? Int == SignalReport.currentSchemaVersion)
         #expect(report["tag"] as? String == "login")
         let probes = try #require(report["probes"] as? [[String: Any]])
-        #expect(probes.map { $0["id"] as? String } == ProbeRegistry.builtIn.map(\.id))
+        #expect(probes.map { $0["id"] as? String } == ProbeCatalogue.embedded.probes.map(\.id))
         for probe in probes {
             #expect(probe["tier"] as? String == ProbeCatalogue.embedded.entry(probe["id"] as? String ?? "")?.tier.rawValue)
             #expect(probe["status"] is String && probe["durationMs"] is Double && probe["signals"] is [String: Any])

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// Every rule of the shipped policy, fired by the evidence it is written for.
 @Suite struct DefaultPolicyTests {

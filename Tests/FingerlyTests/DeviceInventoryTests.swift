@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// The deferred tier through libudev, on device trees umockdev plays back.
 @Suite(.serialized) struct DeviceInventoryTests {

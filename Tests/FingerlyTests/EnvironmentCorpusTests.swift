@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// The 32 machines of virt-what's own test suite, read from ../shared at test time: every one
 /// must give the answer its expected.json names for Fingerly.

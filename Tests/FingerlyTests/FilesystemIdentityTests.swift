@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 @Suite(.serialized) struct FilesystemIdentityTests {
     private func run(_ root: String) throws -> (signals: [String: Any], identity: [String: Any], probe: [String: Any]) {

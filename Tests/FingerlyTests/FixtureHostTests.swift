@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// What a fixture host must yield; values are the ground truth in Tests/Fixtures/hosts/README.md.
 struct HostExpectation: Sendable, CustomTestStringConvertible {
@@ -130,19 +134,19 @@ let hostExpectations: [HostExpectation] = [
             #expect(verdict.reasons.map(\.code) == codes, "\(expected.fixture): \(name) reasons")
         }
         // Every probe ran to a definite status; nothing vanished from the report.
-        #expect(result.report.probes.map(\.id) == ProbeRegistry.builtIn.map(\.id))
+        #expect(result.report.probes.map(\.id) == ProbeCatalogue.embedded.probes.map(\.id))
     }
 
     @Test func reasonsNameTheEvidence() async throws {
         let kvm = try await identify(root: TestPaths.fixture("kvm-qemu"))
-        let debugger = try #require(kvm.verdicts[.debugger]?.reasons.first?.message)
+        let debugger = try #require(kvm.verdicts[.debugger].reasons.first?.message)
         #expect(debugger.contains("1690") && debugger.contains("gdb") && debugger.contains("/usr/bin/gdb"))
 
         let vmware = try await identify(root: TestPaths.fixture("vmware"))
-        #expect(vmware.verdicts[.tampering]?.reasons.first?.message.contains("libfaketime.so.1") == true)
+        #expect(vmware.verdicts[.tampering].reasons.first?.message.contains("libfaketime.so.1") == true)
 
         let laptop = try await identify(root: TestPaths.fixture("laptop-baremetal"))
-        let proxy = try #require(laptop.verdicts[.proxy]?.reasons.first?.message)
+        let proxy = try #require(laptop.verdicts[.proxy].reasons.first?.message)
         #expect(proxy.contains("HTTPS_PROXY") && proxy.contains("http://proxy.corp.example:3128"))
         #expect(!proxy.contains("s3cret") && !proxy.contains("alice:"))
     }
@@ -195,11 +199,9 @@ let hostExpectations: [HostExpectation] = [
     @Test func ignoredAttributesAreNeitherReadNorReported() async throws {
         let root = TestPaths.fixture("laptop-baremetal")
         let log = HostAccessLog()
-        let fingerly = try Fingerly.load(apiKey: "k", consent: .granted,
-                                         options: CollectionOptions(root: root, attributesToIgnore: ["machine.machine_id", "machine.machine_id_state", "dmi.*", "memory"]))
-        let report = Fingerly(apiKey: "k", endpoint: nil, schedule: fingerly.schedule, consent: .granted,
-                              options: fingerly.options, filter: fingerly.filter, logger: nil)
-            .collectBlocking(tag: nil, tiers: [.fast], log: log)
+        let fingerly = try Fingerly.loadBlocking(apiKey: "k", consent: .granted,
+                                         options: FingerlyOptions(root: root, attributesToIgnore: ["machine.machine_id", "machine.machine_id_state", "dmi.*", "memory"]))
+        let report = fingerly.collectBlocking(tag: nil, tiers: [.fast], log: log)
         #expect(report.signals["machine.machine_id"] == nil)
         #expect(report.signals.keys.allSatisfy { !$0.hasPrefix("dmi.") })
         #expect(report.probes.first { $0.id == "memory" }?.status == .skipped)
@@ -213,12 +215,12 @@ let hostExpectations: [HostExpectation] = [
 
     @Test func unknownIgnoredAttributeIsRejected() {
         #expect(throws: FingerlyError.self) {
-            try Fingerly.load(apiKey: nil, options: CollectionOptions(attributesToIgnore: ["no.such.signal"]))
+            try Fingerly.loadBlocking(apiKey: nil, options: FingerlyOptions(attributesToIgnore: ["no.such.signal"]))
         }
     }
 
     @Test func nothingIsReadBeforeConsent() async throws {
-        let fingerly = try Fingerly.load(apiKey: nil, consent: .unknown, options: CollectionOptions(root: TestPaths.fixture("laptop-baremetal")))
+        let fingerly = try Fingerly.loadBlocking(apiKey: nil, consent: .pending, options: FingerlyOptions(root: TestPaths.fixture("laptop-baremetal")))
         await #expect(throws: ConsentError.self) { try await fingerly.identify(submit: false) }
         fingerly.setConsent(.denied)
         await #expect(throws: ConsentError.self) { try await fingerly.collect() }
@@ -228,7 +230,7 @@ let hostExpectations: [HostExpectation] = [
     }
 
     @Test func submissionIsRefusedRatherThanFaked() async throws {
-        let fingerly = try Fingerly.load(apiKey: "k", consent: .granted, options: CollectionOptions(root: TestPaths.fixture("laptop-baremetal")))
+        let fingerly = try Fingerly.loadBlocking(apiKey: "k", consent: .granted, options: FingerlyOptions(root: TestPaths.fixture("laptop-baremetal")))
         await #expect(throws: FingerlyError.submissionUnavailable) { try await fingerly.identify() }
     }
 

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// hardwareId and instanceId against the failure cases real fleets show.
 @Suite(.serialized) struct HardwareIdentityTests {

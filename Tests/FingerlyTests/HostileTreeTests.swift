@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// The tree under --root is written by the party being judged. These runs build trees from the
 /// catalogue's own list of what is read, so a probe that starts reading something new is

@@ -1,34 +1,39 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 @Suite(.serialized) struct IntegrityCheckTests {
     @Test func checkIntegrityRunsOnlyTheProbesItsVerdictsRead() async throws {
-        let fingerly = try Fingerly.load(apiKey: nil, consent: .granted)
+        let fingerly = try Fingerly.loadBlocking(apiKey: nil, consent: .granted)
         let first = try await fingerly.checkIntegrity()
-        #expect(Set(first.verdicts.keys) == Set(IntegrityResult.verdictNames))
+        #expect(Set(VerdictName.allCases.filter { first[$0] != nil }) == Set(IntegrityResult.verdictNames))
         let ran = Set(first.report.probes.map(\.id))
         #expect(ran == fingerly.integrityProbeIds.filter { ProbeCatalogue.embedded.entry($0)?.tier == .fast })
         #expect(ran.contains("process-context") && ran.contains("symbol-interposition") && !ran.contains("pci") && !ran.contains("os"))
         // Called again and again, it answers the same.
         for _ in 0..<20 {
             let again = try await fingerly.checkIntegrity()
-            for name in IntegrityResult.verdictNames { #expect(again.verdicts[name]?.value == first.verdicts[name]?.value) }
+            for name in IntegrityResult.verdictNames { #expect(again[name]?.value == first[name]?.value) }
         }
         let full = try await fingerly.checkIntegrity(tiers: [.fast, .deferred])
         #expect(full.report.probes.contains { $0.id == "code-integrity" } && full.report.probes.contains { $0.id == "ptrace-self-test" })
     }
 
     @Test func checkIntegrityNeedsConsent() async throws {
-        let fingerly = try Fingerly.load(apiKey: nil, consent: .denied)
+        let fingerly = try Fingerly.loadBlocking(apiKey: nil, consent: .denied)
         await #expect(throws: ConsentError.self) { try await fingerly.checkIntegrity() }
     }
 
     @Test func integrityCommandPrintsTheFourVerdictsAndItsCost() throws {
         let run = try runCLI(["integrity", "--json", "--repeat", "5"])
         #expect(run.status == 0, "\(run.standardError)")
-        let verdicts = try #require(try run.json()["verdicts"] as? [String: Any])
-        #expect(Set(verdicts.keys) == ["debugger", "tampering", "instrumentation", "automation"])
+        let result = try JSONDecoder.fingerly.decode(IntegrityResult.self, from: Data(run.standardOutput.utf8))
+        #expect(Set(VerdictName.allCases.filter { result[$0] != nil }) == Set(IntegrityResult.verdictNames))
+        #expect(result.report.probes.allSatisfy { $0.tier == .fast })
         #expect(run.standardError.contains("5 repeat calls in one process: median"))
         #expect(try runCLI(["integrity", "--repeat", "0"]).status == 64)
     }

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// The runtime integrity verdicts against real debuggers, tracers, hooks and instrumentation,
 /// run on the built CLI.

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 private func parse(_ text: String) throws(JSONParser.SyntaxError) -> JSONValue {
     try JSONParser.parse(Array(text.utf8))

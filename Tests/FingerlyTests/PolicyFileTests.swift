@@ -2,6 +2,10 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 // A policy file named on the command line is the operator's, but the path can still point at
 // something that is not a file, and its content is echoed back in errors.
@@ -102,7 +106,7 @@ private final class FIFOWriter: Sendable {
         #"{"policyVersion": 1, "verdicts": {"\u001b[2J\r\n": {"rules": []}}}"#,
         #"{"policyVersion": 1, "verdicts": {"farm": {"rules": [], "\u001b[2J\r\n": 1}}}"#,
         #"{"policyVersion": 1, "verdicts": {}, "suspect": {"weights": {"\u001b[2J\r\n": 1}}}"#,
-        #"{"policyVersion": 1, "verdicts": {}, "suspect": {"confidenceFactors": {"\u001b[2J\r\n": 1}}}"#,
+        #"{"policyVersion": 1, "verdicts": {}, "suspect": {"weights": {}, "confidenceFactors": {"\u001b[2J\r\n": 1}, "levels": {"medium": 30, "high": 60}}}"#,
     ])
     func errorsQuotePolicyTextWithItsControlCharactersEscaped(_ json: String) {
         do {

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 private func loadPolicy(_ json: String) throws(PolicyError) -> Policy {
     try PolicyLoader(catalogue: .embedded, tables: .embedded).load(Data(json.utf8), source: "test.json")
@@ -176,11 +180,12 @@ private func evaluate(_ policy: Policy, _ signals: [String: SignalValue], status
     }
 
     @Test func suspectScoreFollowsWeights() throws {
-        let policy = try loadPolicy(#"{"policyVersion": 1, "verdicts": {"debugger": {"rules": [{"id": "t", "when": {"signal": "process.tracer_pid", "greaterThan": 0}, "confidence": "high", "reason": "x"}]}}, "suspect": {"weights": {"debugger": 70}}}"#)
+        let policy = try loadPolicy(#"{"policyVersion": 1, "verdicts": {"debugger": {"rules": [{"id": "t", "when": {"signal": "process.tracer_pid", "greaterThan": 0}, "confidence": "high", "reason": "x"}]}}, "suspect": {"weights": {"debugger": 70}, "confidenceFactors": {"low": 0.25, "medium": 0.6, "high": 1}, "levels": {"medium": 30, "high": 60}}}"#)
         let signals: [String: SignalValue] = ["process.tracer_pid": .int(3)]
-        let result = IdentifyResult.local(report: report(signals), verdicts: evaluate(policy, signals), policy: policy)
-        #expect(result.suspectScore == 70 && result.suspectLevel == .high && result.triggers == ["debugger:t"])
-        let calm = IdentifyResult.local(report: report([:]), verdicts: evaluate(policy, [:]), policy: policy)
-        #expect(calm.suspectScore == 0 && calm.suspectLevel == SuspectLevel.none && calm.triggers.isEmpty)
+        let result = IdentifyResult.judgedHere(state: .collected, report: report(signals), verdicts: Verdicts(evaluate(policy, signals)), policy: policy)
+        #expect(result.suspectScore == 70 && result.suspectLevel == .high)
+        #expect(result.triggers == [IdentifyTrigger(signal: "t", group: "debugger", weight: 70, confidence: .high)])
+        let calm = IdentifyResult.judgedHere(state: .collected, report: report([:]), verdicts: Verdicts(evaluate(policy, [:])), policy: policy)
+        #expect(calm.suspectScore == 0 && calm.suspectLevel == .low && calm.triggers.isEmpty)
     }
 }

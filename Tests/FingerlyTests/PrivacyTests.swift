@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// What a report says about the people and machines behind it: identifiers keyed by a secret
 /// of the installation, no OUIs, personal free text fingerprinted.
@@ -287,7 +291,6 @@ import Testing
 
     @Test func theEmbeddedPolicyFingerprintsFreeText() throws {
         #expect(FreeTextHandling.embeddedDefault == .fingerprint)
-        #expect(CollectionOptions().effectiveFreeText == .fingerprint)
         #expect(try PolicyLoader(catalogue: .embedded, tables: .embedded).load(Data(#"{"policyVersion": 1, "verdicts": {}, "privacy": {"freeText": "keep"}}"#.utf8), source: "t").freeText == .keep)
         #expect(try FreeTextHandling.fromPolicy(Array(#"{"policyVersion": 1, "verdicts": {}}"#.utf8), source: "t") == .fingerprint)
         #expect(throws: PolicyError.self) { try FreeTextHandling.fromPolicy(Array(#"{"privacy": {"freeText": "keep", "x": 1}}"#.utf8), source: "t") }

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// The farm verdict: fresh, cloned or mass-provisioned installations.
 @Suite struct ProvisioningTests {
@@ -58,6 +62,6 @@ import Testing
         try DeviceFixtures.write("5E2C8F41-2D7A-11B2-A85C-C4E1F39A7B62\n", to: root + "/sys/class/dmi/id/product_uuid")
         let result = try await identify(root: root)
         #expect(result.signals["machine.machine_id_equals_dmi_uuid"] == .bool(true))
-        #expect(result.verdicts[.farm]?.reasons.map(\.code) == ["machine_id_equals_dmi_uuid"])
+        #expect(result.verdicts[.farm].reasons.map(\.code) == ["machine_id_equals_dmi_uuid"])
     }
 }

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// Proxy settings and the other trust stores, on root trees made in the test.
 @Suite struct ProxyConfigurationTests {

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 // Reason templates come from the policy, the values they quote from the measured host: DMI
 // strings, the environment, LD_PRELOAD. None of them may make the verdicts grow without bound.
@@ -147,7 +151,7 @@ private let hostileSignals: [String: SignalValue] = {
             #expect(verdict.reasons.count + (verdict.reasonsOmitted ?? 0) == 5_000, "\(name): what was cut is counted")
             #expect(verdict.reasons.first?.code == "rule_0")
         }
-        let result = IdentifyResult.local(report: hostileReport([:]), verdicts: verdicts, policy: policy)
+        let result = IdentifyResult.judgedHere(state: .collected, report: hostileReport([:]), verdicts: Verdicts(verdicts), policy: policy)
         #expect(try JSONEncoder().encode(result).count < 128 * 1024)
     }
 }

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// Attacks found by the second hostile review, on the fixes of the first (review2-findings.md).
 /// Each fails on the code as reviewed (main at bcf9305).

@@ -2,6 +2,10 @@ import CFingerlyShims
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// Attacks found by the hostile review of the issue-9 fixes (review-findings.md). Each fails on
 /// the code as reviewed.

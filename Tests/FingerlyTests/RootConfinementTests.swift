@@ -2,6 +2,10 @@ import CFingerlyShims
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 @Suite struct RootConfinementTests {
     @Test func absoluteLinksInARootTreeStayInsideIt() async throws {

@@ -2,6 +2,10 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// Counts how many probes run at once and in which order they started.
 final class RunTracker: Sendable {
@@ -147,8 +151,8 @@ func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
         // The os probe's catalogue timeout (100 ms) is longer than this budget, so only the budget can end it.
         let schedule = ScheduleOptions(budgetMs: 60, defaultSourceTimeoutMs: 250, concurrency: 4, tiers: [.fast])
         let probes: [any Probe] = ProbeRegistry.builtIn.map { $0.id == "os" ? BlockedInSystemCallProbe(id: "os") : $0 }
-        let fingerly = Fingerly(apiKey: "test-key", endpoint: nil, schedule: schedule, consent: .granted,
-                                options: CollectionOptions(root: root), filter: .none, logger: nil, probes: probes)
+        let fingerly = try Fingerly.loadBlocking(apiKey: "test-key", schedule: schedule, consent: .granted,
+                                                 options: FingerlyOptions(root: root), probes: probesById(probes))
         let clock = ContinuousClock()
         let started = clock.now
         let result = try await fingerly.identify(submit: false)
@@ -180,9 +184,8 @@ struct BlockedProbe: Probe {
     /// entry (when there is one) is what still speaks.
     static func starvedFingerly(gate: DispatchSemaphore, budgetMs: Int) -> Fingerly {
         let probes: [any Probe] = ProbeRegistry.builtIn.map { $0.id == "collector" ? $0 : BlockedProbe(id: $0.id, gate: gate) }
-        return Fingerly(apiKey: "k", endpoint: nil,
-                        schedule: ScheduleOptions(budgetMs: budgetMs, concurrency: 4, tiers: [.fast]),
-                        consent: .granted, options: CollectionOptions(), filter: .none, logger: nil, probes: probes)
+        return try! Fingerly.loadBlocking(apiKey: "k", schedule: ScheduleOptions(budgetMs: budgetMs, concurrency: 4, tiers: [.fast]),
+                                          consent: .granted, options: FingerlyOptions(), probes: probesById(probes))
     }
 
     @Test func aCollectorWhoseProbesAllBlockIsNotReportedClean() async throws {
@@ -209,7 +212,7 @@ struct BlockedProbe: Probe {
             ProbeEntry(id: id, tier: .fast, status: status, durationMs: 0, detail: detail, issues: [], signals: [:], identityComponents: [])
         }
         let entries = [entry("a", .ok), entry("b", .timeout), entry("c", .timeout), entry("d", .absent),
-                       entry("e", .error, Scheduler.threadStartFailure), entry("f", .error, "EIO")]
+                       entry("e", .error, ProbeFailure.threadStartFailure), entry("f", .error, "EIO")]
         let figures = CollectorRun(entries: entries, budgetMs: 1000, elapsedMs: 3021.7)
         #expect(figures.unfinishedPercent == 50)
         #expect(figures.budgetUsedPercent == 302)
@@ -231,14 +234,14 @@ struct BlockedProbe: Probe {
 
     @Test func theLibraryRejectsNegativeAndClampsAbsurdSchedules() async throws {
         #expect(throws: FingerlyError.self) {
-            try Fingerly.load(apiKey: nil, schedule: ScheduleOptions(sourceTimeoutOverrideMs: -5), consent: .granted)
+            try Fingerly.loadBlocking(apiKey: nil, schedule: ScheduleOptions(sourceTimeoutOverrideMs: -5), consent: .granted)
         }
         #expect(throws: FingerlyError.self) {
-            try Fingerly.load(apiKey: nil, schedule: ScheduleOptions(budgetMs: -1), consent: .granted)
+            try Fingerly.loadBlocking(apiKey: nil, schedule: ScheduleOptions(budgetMs: -1), consent: .granted)
         }
-        let fingerly = try Fingerly.load(apiKey: nil, schedule: ScheduleOptions(budgetMs: .max, defaultSourceTimeoutMs: .max,
+        let fingerly = try Fingerly.loadBlocking(apiKey: nil, schedule: ScheduleOptions(budgetMs: .max, defaultSourceTimeoutMs: .max,
                                                                                  tiers: [.fast], sourceTimeoutOverrideMs: .max),
-                                         consent: .granted, options: CollectionOptions(root: TestPaths.fixture("kvm-qemu")))
+                                         consent: .granted, options: FingerlyOptions(root: TestPaths.fixture("kvm-qemu")))
         #expect(fingerly.schedule.budgetMs == ScheduleOptions.longestMs)
         #expect(fingerly.schedule.sourceTimeoutOverrideMs == ScheduleOptions.longestMs)
         let result = try await fingerly.identify(submit: false)

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// Paths the tests share.
 enum TestPaths {
@@ -148,8 +152,8 @@ final class Locked<Value>: @unchecked Sendable {
 /// Collects a root tree in-process, with every probe and the default policy.
 func identify(root: String, ignore: Set<String> = [], apiKey: String? = "test-key",
               schedule: ScheduleOptions = ScheduleOptions()) async throws -> IdentifyResult {
-    let fingerly = try Fingerly.load(apiKey: apiKey, schedule: schedule, consent: .granted,
-                                     options: CollectionOptions(root: root, attributesToIgnore: ignore))
+    let fingerly = try Fingerly.loadBlocking(apiKey: apiKey, schedule: schedule, consent: .granted,
+                                     options: FingerlyOptions(root: root, attributesToIgnore: ignore))
     return try await fingerly.identify(submit: false)
 }
 
@@ -158,4 +162,9 @@ extension IdentifyResult {
         try #require(report.probes.first { $0.id == id }, "no probe \(id) in the report")
     }
     var signals: [String: SignalValue] { report.signals }
+}
+
+/// Probes by id, as `Fingerly.loadBlocking` takes them.
+func probesById(_ probes: [any Probe]) -> [String: any Probe] {
+    Dictionary(probes.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
 }

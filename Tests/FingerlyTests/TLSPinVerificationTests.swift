@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 @testable import FingerlyIdentifyCommand
 
 /// Certificates made with openssl for the pin-check scenarios: a genuine CA and its leaves, an
@@ -229,7 +233,7 @@ final class LoopbackListener: @unchecked Sendable {
         let server = try TLSTestServer(pki, leaf: "interceptor-leaf", extra: ["genuine-leaf", "genuine-ca"])
         let (result, _) = try Self.check("127.0.0.1:\(server.port)", pins: [try pki.pin("genuine-leaf")])
         #expect(!Self.lines(result, "tls.pin_checks").contains { $0.contains("pin matches") }, "\(Self.lines(result, "tls.pin_checks"))")
-        #expect(result.verdicts[.mitm]?.reasons.contains { $0.code == "pin_mismatch" } == true)
+        #expect(result.verdicts[.mitm].reasons.contains { $0.code == "pin_mismatch" } == true)
     }
 
     @Test(.enabled(if: available, "openssl or bash is missing"))
@@ -239,7 +243,7 @@ final class LoopbackListener: @unchecked Sendable {
         let server = try TLSTestServer(pki, leaf: "lookalike-leaf", extra: ["genuine-ca"])
         let (result, _) = try Self.check("127.0.0.1:\(server.port)", pins: [try pki.pin("genuine-ca")])
         #expect(!Self.lines(result, "tls.pin_checks").contains { $0.contains("pin matches") }, "\(Self.lines(result, "tls.pin_checks"))")
-        #expect(result.verdicts[.mitm]?.reasons.contains { $0.code == "pin_mismatch" } == true)
+        #expect(result.verdicts[.mitm].reasons.contains { $0.code == "pin_mismatch" } == true)
     }
 
     @Test(.enabled(if: available, "openssl or bash is missing"))
@@ -249,7 +253,7 @@ final class LoopbackListener: @unchecked Sendable {
         for pin in ["genuine-ca", "genuine-leaf"] {
             let (result, _) = try Self.check("127.0.0.1:\(server.port)", pins: [Self.anyPin, try pki.pin(pin)])
             #expect(Self.lines(result, "tls.pin_checks") == ["127.0.0.1:\(server.port): pin matches"], "pin on \(pin)")
-            #expect(result.verdicts[.mitm]?.reasons.contains { $0.code.hasPrefix("pin_") } == false)
+            #expect(result.verdicts[.mitm].reasons.contains { $0.code.hasPrefix("pin_") } == false)
         }
         // A name is resolved (through /etc/hosts) and its addresses tried in turn.
         let (named, _) = try Self.check("localhost:\(server.port)", pins: [try pki.pin("genuine-ca")])
@@ -276,9 +280,9 @@ final class LoopbackListener: @unchecked Sendable {
         let unconfirmed = Self.lines(result, "tls.pin_unconfirmed")
         #expect(unconfirmed.count == 1 && unconfirmed[0].contains("handshake failed"), "\(unconfirmed)")
         #expect(try result.probe("tls-pin-check").status == .ok)
-        let mitm = try #require(result.verdicts[.mitm])
+        let mitm = result.verdicts.mitm
         #expect(mitm.value && mitm.reasons.contains { $0.code == "pin_unconfirmed" })
-        #expect(result.suspectScore > 0)
+        #expect((result.suspectScore ?? 0) > 0)
     }
 
     @Test func aListenerThatNeverAnswersEndsTheCheckByItsDeadline() throws {
@@ -290,7 +294,7 @@ final class LoopbackListener: @unchecked Sendable {
         #expect(probe.status == .ok, "\(probe.status): \(probe.detail ?? "")")
         let unconfirmed = Self.lines(result, "tls.pin_unconfirmed")
         #expect(unconfirmed.count == 1 && unconfirmed[0].contains("timed out"), "\(unconfirmed)")
-        #expect(result.verdicts[.mitm]?.reasons.contains { $0.code == "pin_unconfirmed" } == true)
+        #expect(result.verdicts[.mitm].reasons.contains { $0.code == "pin_unconfirmed" } == true)
     }
 
     // MARK: the CONNECT request
@@ -352,12 +356,13 @@ final class LoopbackListener: @unchecked Sendable {
     // MARK: the library
 
     @Test func theLibraryReportsAnInvalidCheckWithoutSendingIt() throws {
-        let fingerly = try Fingerly.load(apiKey: "k", consent: .granted,
-                                         options: CollectionOptions(tlsPinChecks: [
-                                            TLSPinCheck(host: "evil.test\r\nX-Injected: 1", port: 443, pins: [Self.anyPin]),
-                                            TLSPinCheck(host: "127.0.0.1", port: 0, pins: [Self.anyPin]),
-                                            TLSPinCheck(host: "127.0.0.1", port: 443, pins: ["not a pin"]),
-                                         ]))
+        var options = FingerlyOptions()
+        options.tlsPinChecks = [
+            TLSPinCheck(host: "evil.test\r\nX-Injected: 1", port: 443, pins: [Self.anyPin]),
+            TLSPinCheck(host: "127.0.0.1", port: 0, pins: [Self.anyPin]),
+            TLSPinCheck(host: "127.0.0.1", port: 443, pins: ["not a pin"]),
+        ]
+        let fingerly = try Fingerly.loadBlocking(apiKey: "k", consent: .granted, options: options)
         let report = fingerly.collectBlocking(tag: nil, tiers: [.deferred], only: ["tls-pin-check"])
         let unconfirmed: [String]
         if case .strings(let lines)? = report.signals["tls.pin_unconfirmed"] { unconfirmed = lines } else { unconfirmed = [] }

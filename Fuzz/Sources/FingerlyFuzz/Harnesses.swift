@@ -1,5 +1,9 @@
 import FoundationEssentials
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// Each harness feeds one input to the real parsing code: the pure parser where one exists, and the
 /// whole probe over a scratch tree, since several probes parse inline while they read.

@@ -2,6 +2,10 @@
 import Glibc
 #endif
 @testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
 
 /// A host tree in a temporary directory that the probes read through `--root`, so a harness runs a
 /// probe's real reading and parsing code on fuzzed file contents without any change to the probe.

@@ -1,0 +1,63 @@
+import FoundationEssentials
+import FingerlyHost
+import FingerlyModel
+import FingerlyProbes
+
+extension Fingerly {
+    func collectBlocking(tag: String?, tiers: Set<Tier>, startedAt started: Double = monotonicMilliseconds(),
+                         log: HostAccessLog? = nil, only probeIds: Set<String>? = nil, start: CollectorStart? = nil) -> SignalReport {
+        fingerlyCollectEntry()
+        let hasher = identifierHasher()
+        var environment = ProbeEnvironment(host: HostFileSystem(root: options.root, log: log), tables: .embedded,
+                                           filter: filter, hasher: hasher)
+        environment.pinChecks = options.tlsPinChecks
+        let start = start ?? CollectorStart.observe(environment.host)
+        var jobs: [ScheduledProbe] = []
+        var ignored: [ProbeEntry] = []
+        var collector: ProbeCatalogue.Entry?
+        // The catalogue decides what runs and in which order the report lists it; each entry
+        // finds its probe by id.
+        for entry in catalogue.probes {
+            guard let probe = probes[entry.id], probeIds?.contains(entry.id) ?? true else { continue }
+            // Whatever the tiers, a starved run is evidence; the collector entry is built below.
+            if probe.id == CollectorProbe.probeId {
+                collector = entry
+                continue
+            }
+            guard tiers.contains(entry.tier) else { continue }
+            let job = ScheduledProbe(probe: probe, tier: entry.tier,
+                                     timeoutMs: schedule.sourceTimeoutOverrideMs ?? entry.timeoutMs ?? schedule.defaultSourceTimeoutMs)
+            if filter.ignores(probe: entry) {
+                ignored.append(job.entry(.skipped, durationMs: 0, detail: "ignored by request (attributesToIgnore)"))
+            } else {
+                jobs.append(job)
+            }
+        }
+        let entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: schedule.concurrency).run(jobs, in: environment, startedAt: started)
+        for entry in entries where entry.status != .ok && entry.status != .skipped {
+            logger?.log(.debug, "probe \(entry.id): \(entry.status.rawValue): \(entry.detail ?? "")")
+        }
+        let order = Dictionary(catalogue.probes.enumerated().map { ($0.element.id, $0.offset) }, uniquingKeysWith: { first, _ in first })
+        let identity = HostIdentity.derive(from: entries.flatMap(\.identityComponents), hasher: hasher)
+        let elapsedMs = monotonicMilliseconds() - started
+        var unscheduled = ignored
+        if let collector {
+            if filter.ignores(probe: collector) {
+                unscheduled.append(ProbeEntry(id: collector.id, tier: collector.tier, status: .skipped, durationMs: 0,
+                                          detail: "ignored by request (attributesToIgnore)", issues: [], signals: [:], identityComponents: []))
+            } else {
+                let context = ProbeContext(host: environment.host, tables: environment.tables, filter: filter, hasher: hasher)
+                start.emit(into: context)
+                CollectorRun(entries: entries, budgetMs: schedule.budgetMs, elapsedMs: elapsedMs).emit(into: context)
+                unscheduled.append(ProbeEntry(id: collector.id, tier: collector.tier, status: .ok, durationMs: 0, detail: nil,
+                                          issues: [], signals: context.signals, identityComponents: []))
+            }
+        }
+        return SignalReport(schemaVersion: SignalReport.currentSchemaVersion, collectorVersion: Fingerly.version,
+                            collectedAt: Date(), tag: tag, root: environment.host.root,
+                            tiers: tiers.sorted(), budgetMs: schedule.budgetMs,
+                            elapsedMs: elapsedMs.roundedToMicroseconds,
+                            probes: (entries + unscheduled).sorted { order[$0.id, default: 0] < order[$1.id, default: 0] },
+                            identity: identity, identifierKeying: hasher.keying, freeText: hasher.freeText)
+    }
+}

@@ -1,0 +1,68 @@
+import FoundationEssentials
+import FingerlyModel
+import FingerlyPolicy
+
+/// The outcome of `identify`, shaped like the reference SDK's result.
+public struct IdentifyResult: Sendable, Codable {
+    /// Who answered.
+    public enum State: String, Sendable, Codable, Hashable {
+        /// A server resolved the visitor and scored the request.
+        case enriched
+        /// An engine in this process resolved the visitor and scored the request.
+        case local
+        /// The lookup could not run; verdicts and score are this process's own.
+        case unavailable
+        /// The caller asked for no submission; verdicts and score are this process's own.
+        case collected
+    }
+
+    /// This request's id: a server's when one answered, else made here.
+    public let requestId: String
+    /// The visitor the host resolved to; nil until a server or local engine answers.
+    public let visitorId: String?
+    /// Whether the visitor was first seen with this request; nil until resolved.
+    public let visitorIsNew: Bool?
+    /// How sure the resolution is, 0–100; nil until resolved.
+    public let visitorConfidence: Int?
+    /// Whether the report holds a stable identifier: hardwareId or instanceId.
+    public let identifiable: Bool
+    /// Whether this answer replays an earlier one for the same request.
+    public let duplicate: Bool
+    /// Who answered.
+    public let state: State
+    /// 0–100 from the policy's `suspect` weights; nil when nothing was scored, which is not 0.
+    public let suspectScore: Int?
+    /// The score's level from the policy's `suspect.levels`; nil when nothing was scored.
+    public let suspectLevel: SuspectLevel?
+    /// The true verdicts that added to the score.
+    public let triggers: [IdentifyTrigger]
+    /// Every verdict, one property each.
+    public let verdicts: Verdicts
+    /// Facts about where the host runs that are not verdicts.
+    public let environment: HostEnvironment
+    /// The name of the policy that judged the report.
+    public let policy: String
+    /// What was collected.
+    public let report: SignalReport
+
+    /// A result judged in this process with nothing sent or resolved.
+    static func judgedHere(state: State, report: SignalReport, verdicts: Verdicts, policy: Policy) -> IdentifyResult {
+        let assessment = policy.suspect?.assess(verdicts)
+        return IdentifyResult(
+            requestId: UUID().uuidString.lowercased(), visitorId: nil, visitorIsNew: nil, visitorConfidence: nil,
+            identifiable: report.identity.hardwareId != nil || report.identity.instanceId != nil,
+            duplicate: false, state: state, suspectScore: assessment?.score, suspectLevel: assessment?.level,
+            triggers: assessment?.triggers ?? [], verdicts: verdicts,
+            environment: HostEnvironment(cloud: report.signals["dmi.cloud"]?.description,
+                                         xenDom0: report.signals["virt.xen_dom0"] == .bool(true)),
+            policy: policy.name, report: report)
+    }
+}
+
+/// Where the host runs, beside the verdicts.
+public struct HostEnvironment: Sendable, Codable, Hashable {
+    /// aws, google, alibaba, rhev…, from firmware strings; also set on a cloud's bare metal.
+    public let cloud: String?
+    /// A Xen dom0 is the hypervisor's control domain: a host, not a guest.
+    public let xenDom0: Bool
+}

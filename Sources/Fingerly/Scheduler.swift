@@ -1,0 +1,149 @@
+import Dispatch
+import Synchronization
+import FingerlyHost
+import FingerlyModel
+import FingerlyPolicy
+import FingerlyProbes
+
+/// A probe with the tier and timeout it runs under.
+struct ScheduledProbe: Sendable {
+    let probe: any Probe
+    let tier: Tier
+    let timeoutMs: Int
+}
+
+/// Everything a probe needs to build its context on its own thread.
+struct ProbeEnvironment: Sendable {
+    let host: HostFileSystem
+    let tables: DetectionTables
+    let filter: AttributeFilter
+    let hasher: IdentifierHasher
+    var pinChecks: [TLSPinCheck] = []
+}
+
+/// Runs probes concurrently under a hard wall-clock budget.
+///
+/// Each probe runs on its own OS thread. The coordinator waits on a semaphore with a deadline
+/// and never on a probe, so a probe stuck in a system call is abandoned (reported `timeout`)
+/// and `run` still returns on time. Fast probes are queued before deferred ones, so the
+/// deferred tier can never starve the fast tier of slots.
+struct Scheduler: Sendable {
+    let budgetMs: Int
+    let concurrency: Int
+
+    /// The longest single wait on the semaphore. Deadlines are rechecked after each wake-up, so a
+    /// cap only costs an extra loop on absurd schedules, and keeps the microsecond count an Int.
+    static let longestWaitMs = 60_000.0
+
+    /// - Parameter startedAt: when the caller's budget began (monotonic ms); defaults to now.
+    func run(_ jobs: [ScheduledProbe], in environment: ProbeEnvironment, startedAt: Double = monotonicMilliseconds()) -> [ProbeEntry] {
+        let budgetDeadline = startedAt + Double(budgetMs)
+        let finished = Mutex<[Int: ProbeEntry]>([:])
+        let wakeUp = DispatchSemaphore(value: 0)
+
+        // Stable order: fast before deferred, catalogue order within a tier.
+        var pending = jobs.indices.sorted { (jobs[$0].tier, $0) < (jobs[$1].tier, $1) }[...]
+        var running: [Int: (startedAt: Double, deadline: Double)] = [:]
+        // Each probe reads under its own allowance; abandoning a probe stops its next read.
+        var allowances: [Int: ReadAllowance] = [:]
+        var entries: [Int: ProbeEntry] = [:]
+
+        while true {
+            while running.count < max(1, concurrency), let index = pending.first, monotonicMilliseconds() < budgetDeadline {
+                pending.removeFirst()
+                let job = jobs[index]
+                let startedAt = monotonicMilliseconds()
+                running[index] = (startedAt, startedAt + Double(job.timeoutMs))
+                let allowance = ReadAllowance(bytes: Self.readAllowanceBytes)
+                allowances[index] = allowance
+                let started = startDetachedThread {
+                    let entry = Self.execute(job, in: environment, allowance: allowance, startedAt: startedAt,
+                                             deadline: min(startedAt + Double(job.timeoutMs), budgetDeadline))
+                    finished.withLock { $0[index] = entry }
+                    wakeUp.signal()
+                }
+                if !started {
+                    running[index] = nil
+                    entries[index] = job.entry(.error, durationMs: 0, detail: ProbeFailure.threadStartFailure)
+                }
+            }
+            if running.isEmpty && pending.isEmpty { break }
+
+            let nextDeadline = running.values.map(\.deadline).min().map { min($0, budgetDeadline) } ?? budgetDeadline
+            let waitMs = min(max(0, nextDeadline - monotonicMilliseconds()), Self.longestWaitMs)
+            _ = wakeUp.wait(timeout: .now() + .microseconds(Int(waitMs * 1000)))
+
+            let arrived: [Int: ProbeEntry] = finished.withLock { done in
+                let taken = done
+                done.removeAll()
+                return taken
+            }
+            for (index, entry) in arrived {
+                // A late result from an already abandoned probe is dropped here.
+                if running.removeValue(forKey: index) != nil { entries[index] = entry }
+            }
+            let now = monotonicMilliseconds()
+            for (index, slot) in running where slot.deadline <= now {
+                running[index] = nil
+                allowances[index]?.abandon()
+                entries[index] = jobs[index].entry(.timeout, durationMs: now - slot.startedAt,
+                                                   detail: "exceeded its \(jobs[index].timeoutMs) ms timeout and was abandoned")
+            }
+            if now >= budgetDeadline {
+                for (index, slot) in running {
+                    allowances[index]?.abandon()
+                    entries[index] = jobs[index].entry(.timeout, durationMs: now - slot.startedAt,
+                                                       detail: "still running when the \(budgetMs) ms budget ran out; abandoned")
+                }
+                for index in pending {
+                    // timeout, not skipped: its evidence is missing and the verdicts must say so.
+                    entries[index] = jobs[index].entry(.timeout, durationMs: 0,
+                                                       detail: "not started: the \(budgetMs) ms budget ran out")
+                }
+                break
+            }
+        }
+        return jobs.indices.compactMap { entries[$0] }
+    }
+
+    /// What one probe may read in all: the largest legitimate reader (the trust store) reads a
+    /// few hundred KiB; a tree of sparse files must not make one read gigabytes.
+    static let readAllowanceBytes = 8 * 1024 * 1024
+
+    private static func execute(_ job: ScheduledProbe, in environment: ProbeEnvironment, allowance: ReadAllowance,
+                                startedAt: Double, deadline: Double) -> ProbeEntry {
+        let context = ProbeContext(host: environment.host.limited(by: allowance), tables: environment.tables,
+                                   filter: environment.filter, hasher: environment.hasher, pinChecks: environment.pinChecks)
+        context.deadline = deadline
+        var status: ProbeStatus
+        var detail: String?
+        do {
+            try job.probe.collect(into: context)
+            status = context.completedStatus
+            detail = status == .ok ? (context.notes.isEmpty ? nil : context.notes.joined(separator: "; "))
+                                    : context.issues.first?.description
+        } catch {
+            status = error.status
+            detail = error.detail
+        }
+        return ProbeEntry(id: job.probe.id, tier: job.tier, status: status,
+                          durationMs: (monotonicMilliseconds() - startedAt).roundedToMicroseconds,
+                          detail: detail, issues: context.issues, signals: context.signals,
+                          identityComponents: context.components)
+    }
+}
+
+extension ScheduledProbe {
+    func entry(_ status: ProbeStatus, durationMs: Double, detail: String) -> ProbeEntry {
+        ProbeEntry(id: probe.id, tier: tier, status: status, durationMs: durationMs.roundedToMicroseconds,
+                   detail: detail, issues: [], signals: [:], identityComponents: [])
+    }
+}
+
+extension SourceIssue: CustomStringConvertible {
+    public var description: String { "\(path): \(status.rawValue) (\(detail))" }
+}
+
+extension Double {
+    var roundedToMicroseconds: Double { (self * 1000).rounded() / 1000 }
+}

@@ -1,0 +1,147 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import FingerlyHost
+import FingerlyModel
+import FingerlyPolicy
+import FingerlyProbes
+
+/// Where the collector keeps its own state on the machine it runs on: the installation secret
+/// today, consent and an outbox later. It always belongs to the real host, never to a `--root`
+/// tree: the tree is what is inspected, not who inspects it.
+enum StateDirectory {
+    /// systemd's `StateDirectory=` (the first of several), else /var/lib/fingerly for root, else
+    /// the XDG state home. nil when none can be named: the run then keys per run.
+    static func defaultPath(environment: [String: String], effectiveUID: uid_t = geteuid()) -> String? {
+        if let systemd = environment["STATE_DIRECTORY"]?.split(separator: ":").first, systemd.hasPrefix("/") {
+            return String(systemd)
+        }
+        if effectiveUID == 0 { return "/var/lib/fingerly" }
+        // The XDG base directory specification ignores relative paths.
+        if let xdg = environment["XDG_STATE_HOME"], xdg.hasPrefix("/") { return xdg + "/fingerly" }
+        if let home = environment["HOME"], home.hasPrefix("/") { return home + "/.local/state/fingerly" }
+        return nil
+    }
+
+    /// The default for this process, from the environment it was started with on the real host
+    /// (`/proc/self/environ`, whatever `--root` says).
+    static func defaultPathForThisProcess() -> String? {
+        defaultPath(environment: (try? ProcessEnvironment.read(from: HostFileSystem()))?.variables ?? [:])
+    }
+}
+
+/// The per-installation key for identifiers when no API key is given. Identifiers keyed with a
+/// constant that ships in every client would let anyone link two reports of one host; this
+/// secret never leaves the machine.
+enum InstallationSecret {
+    static let fileName = "identifier-key"
+    static let length = IdentifierHasher.keyLength
+
+    enum Outcome: Equatable {
+        case secret([UInt8])
+        /// Why the state directory could not give a secret (for the log; the run keys per run).
+        case unavailable(String)
+    }
+
+    /// Reads the secret from `directory`, creating the directory and the secret on first use.
+    /// Refuses a secret file that is a symbolic link, not a regular file, not owned by this
+    /// user, readable by anyone else, or of the wrong size: someone else could know it.
+    static func loadOrCreate(in directory: String) -> Outcome {
+        guard directory.hasPrefix("/") else { return .unavailable("\(directory): not an absolute path") }
+        if let failure = makeDirectories(directory) { return .unavailable(failure) }
+        let directoryFd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directoryFd >= 0 else { return .unavailable("\(directory): \(describe(errno))") }
+        defer { close(directoryFd) }
+        var info = stat()
+        guard fstat(directoryFd, &info) == 0 else { return .unavailable("\(directory): \(describe(errno))") }
+        // Anyone who may write the directory may swap the secret for one they know.
+        guard info.st_uid == geteuid() || info.st_uid == 0, info.st_mode & 0o022 == 0 else {
+            return .unavailable("\(directory): writable by another user")
+        }
+
+        switch readSecret(directoryFd) {
+        case .secret(let bytes): return .secret(bytes)
+        case .unavailable(let why): return .unavailable("\(directory)/\(fileName): \(why)")
+        case nil: break
+        }
+        let bytes = randomBytes(length)
+        // Written under a name of its own, then linked into place: a reader never sees half a
+        // secret, and of two first runs racing, the second adopts the first one's secret instead
+        // of replacing it.
+        let temporary = ".\(fileName).\(randomBytes(8).map { String($0, radix: 16) }.joined())"
+        let fd = openat(directoryFd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return .unavailable("\(directory): cannot create the secret: \(describe(errno))") }
+        defer { unlinkat(directoryFd, temporary, 0) }
+        let written = writeAll(fd, bytes) && fsync(fd) == 0
+        close(fd)
+        guard written else { return .unavailable("\(directory): cannot write the secret: \(describe(errno))") }
+        if linkat(directoryFd, temporary, directoryFd, fileName, 0) == 0 {
+            fsync(directoryFd)
+            return .secret(bytes)
+        }
+        guard errno == EEXIST else { return .unavailable("\(directory): cannot create the secret: \(describe(errno))") }
+        switch readSecret(directoryFd) {
+        case .secret(let existing): return .secret(existing)
+        case .unavailable(let why): return .unavailable("\(directory)/\(fileName): \(why)")
+        case nil: return .unavailable("\(directory)/\(fileName): vanished while being created")
+        }
+    }
+
+    /// nil: there is no secret yet.
+    private static func readSecret(_ directoryFd: Int32) -> Outcome? {
+        let fd = openat(directoryFd, fileName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else {
+            switch errno {
+            case ENOENT: return nil
+            case ELOOP: return .unavailable("is a symbolic link")
+            default: return .unavailable(describe(errno))
+            }
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return .unavailable(describe(errno)) }
+        guard info.st_mode & S_IFMT == S_IFREG else { return .unavailable("not a regular file") }
+        guard info.st_uid == geteuid() else { return .unavailable("owned by uid \(info.st_uid), not by this user") }
+        guard info.st_mode & 0o077 == 0 else { return .unavailable("readable or writable by others (mode \(String(info.st_mode & 0o777, radix: 8)))") }
+        guard info.st_size == length else { return .unavailable("\(info.st_size) bytes, expected \(length)") }
+        var bytes = [UInt8](repeating: 0, count: length)
+        var filled = 0
+        while filled < length {
+            let result = bytes.withUnsafeMutableBytes { buffer in retryingOnInterrupt { read(fd, buffer.baseAddress! + filled, length - filled) } }
+            guard case .success(let count) = result, count > 0 else { return .unavailable("short read") }
+            filled += count
+        }
+        return .secret(bytes)
+    }
+
+    /// mkdir -p, new components private to this user.
+    private static func makeDirectories(_ path: String) -> String? {
+        var prefix = ""
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            if mkdir(prefix, 0o700) != 0 && errno != EEXIST { return "\(prefix): \(describe(errno))" }
+        }
+        return nil
+    }
+
+    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let result = bytes.withUnsafeBytes { buffer in retryingOnInterrupt { write(fd, buffer.baseAddress! + offset, bytes.count - offset) } }
+            guard case .success(let count) = result, count > 0 else { return false }
+            offset += count
+        }
+        return true
+    }
+
+    private static func describe(_ code: Int32) -> String { SystemError(code).description }
+}
+
+extension FingerlyOptions {
+    /// The state directory a process started with `environment` uses by default:
+    /// `$STATE_DIRECTORY` (systemd), else /var/lib/fingerly for root, else
+    /// `$XDG_STATE_HOME/fingerly` or ~/.local/state/fingerly. nil when none can be named.
+    package static func defaultStateDirectory(environment: [String: String]) -> String? {
+        StateDirectory.defaultPath(environment: environment)
+    }
+}

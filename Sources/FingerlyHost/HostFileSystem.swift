@@ -1,0 +1,453 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CFingerlyShims
+import Synchronization
+
+/// Why a host read produced no usable content.
+package enum HostReadFailure: String, Sendable, Codable, Hashable {
+    /// ENOENT/ENOTDIR: the thing is not there.
+    case absent
+    /// EACCES/EPERM: normal for non-root users and inside containers.
+    case denied
+    /// The content was read but could not be understood.
+    case malformed
+    /// Any other system error.
+    case error
+}
+
+/// A failed read, with the path relative to the host root so reports read the same under `--root`.
+package struct HostReadError: Error, Sendable, Hashable, CustomStringConvertible {
+    package let failure: HostReadFailure
+    package let path: String
+    package let detail: String
+
+    package init(_ failure: HostReadFailure, path: String, detail: String) {
+        self.failure = failure
+        self.path = path
+        self.detail = detail
+    }
+
+    package init(path: String, systemError: SystemError) {
+        let failure: HostReadFailure
+        switch systemError.code {
+        case ENOENT, ENOTDIR: failure = .absent
+        case EACCES, EPERM: failure = .denied
+        default: failure = .error
+        }
+        self.init(failure, path: path, detail: systemError.description)
+    }
+
+    package var description: String { "\(path): \(failure.rawValue) (\(detail))" }
+}
+
+/// Keeps a list of every host path a probe touched; tests compare it with the catalogue.
+package final class HostAccessLog: Sendable {
+    private let paths = Mutex<[String]>([])
+
+    func record(_ path: String) { paths.withLock { $0.append(path) } }
+    var recorded: [String] { paths.withLock { $0 } }
+}
+
+/// How much one probe may read, and whether it has been abandoned. The scheduler gives each
+/// probe its own: a hostile tree of sparse or endless files must not let one probe read
+/// gigabytes, and a probe abandoned at its timeout must stop at its next read instead of
+/// reading on in the background.
+package final class ReadAllowance: Sendable {
+    let limit: Int
+    private let spent = Atomic<Int>(0)
+    private let abandonedFlag = Atomic<Bool>(false)
+
+    package init(bytes: Int) { limit = bytes }
+
+    package func abandon() { abandonedFlag.store(true, ordering: .relaxed) }
+    var isAbandoned: Bool { abandonedFlag.load(ordering: .relaxed) }
+    var remaining: Int { max(0, limit - spent.load(ordering: .relaxed)) }
+
+    func charge(_ bytes: Int) { spent.add(bytes, ordering: .relaxed) }
+
+    /// Throws when the probe may read no more.
+    func check(_ path: String) throws(HostReadError) {
+        if isAbandoned {
+            throw HostReadError(.error, path: path, detail: "not read: the probe was abandoned at its timeout")
+        }
+        if remaining == 0 {
+            throw HostReadError(.error, path: path, detail: "not read: the probe has read its limit of \(limit / 1024 / 1024) MiB")
+        }
+    }
+}
+
+/// The directory a root prefix names, held open for the life of the collector so that every
+/// lookup starts from the same directory, whatever is renamed in the meantime.
+package final class RootDirectory: Sendable {
+    /// -errno when the root could not be opened.
+    let descriptor: Int32
+
+    package init(_ path: String) {
+        let fd = open(path, fingerlyOpenPath | O_DIRECTORY | O_CLOEXEC)
+        descriptor = fd >= 0 ? fd : -errno
+    }
+
+    deinit { if descriptor >= 0 { close(descriptor) } }
+}
+
+/// Every file-reading probe reads the host through this one layer, so a fixture tree, a container's
+/// root filesystem or a mounted disk image can be inspected exactly like the live host.
+///
+/// Under a root prefix nothing is ever opened by a path the kernel resolves from "/": every
+/// lookup goes through `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)` on the root's
+/// descriptor (or a component-wise O_NOFOLLOW walk where the kernel lacks it), and reading,
+/// listing, readlink and stat work on the descriptor it returns. An image's links, absolute or
+/// relative, at any depth, and swapped in while the collector runs, stay inside the tree.
+package struct HostFileSystem: Sendable {
+    /// Largest file read unless a caller asks for less: /proc and /sys files are small, and an
+    /// unbounded read of a hostile or looping file must not exhaust memory.
+    package static let defaultReadLimit = 256 * 1024
+    /// Most names taken from one directory: no host has more NICs, disks, PCI functions or
+    /// certificates, and a tree of hundreds of thousands of 255-byte names must not hold megabytes
+    /// in every probe that lists it. /proc asks for more, keeping only the short numeric names.
+    static let directoryEntryLimit = 4_096
+
+    /// The root prefix; "/" for the live host.
+    package let root: String
+    let log: HostAccessLog?
+    private let rootDirectory: RootDirectory?
+    let resolution: fingerly_resolution
+    let allowance: ReadAllowance?
+
+    package init(root: String = "/") {
+        self.init(root: root, log: nil)
+    }
+
+    package init(root: String, log: HostAccessLog?, resolution: fingerly_resolution = fingerly_resolution_automatic) {
+        var trimmed = root
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
+        self.root = trimmed.isEmpty ? "/" : trimmed
+        self.log = log
+        self.rootDirectory = self.root == "/" ? nil : RootDirectory(self.root)
+        self.resolution = resolution
+        self.allowance = nil
+    }
+
+    private init(copying other: HostFileSystem, allowance: ReadAllowance?) {
+        root = other.root
+        log = other.log
+        rootDirectory = other.rootDirectory
+        resolution = other.resolution
+        self.allowance = allowance
+    }
+
+    /// The same host, read under a probe's own allowance.
+    package func limited(by allowance: ReadAllowance) -> HostFileSystem {
+        HostFileSystem(copying: self, allowance: allowance)
+    }
+
+    /// True when this is the machine the process runs on, not a tree inspected from outside.
+    package var isLiveHost: Bool { root == "/" }
+
+    /// Opens a host path. With `followFinalLink` false a final symbolic link is opened itself
+    /// (O_PATH), to read or stat the link.
+    func openDescriptor(_ path: String, flags: Int32, followFinalLink: Bool = true) throws(HostReadError) -> Int32 {
+        // Paths are built from host data too (HOME from the environment): an error, never a trap.
+        guard path.hasPrefix("/") else { throw HostReadError(.malformed, path: path, detail: "not an absolute path") }
+        try allowance?.check(path)
+        guard let rootDirectory else {
+            let finalFlags = followFinalLink ? flags : (fingerlyOpenPath | O_NOFOLLOW)
+            switch retryingOnInterrupt({ open(path, finalFlags | O_CLOEXEC) }) {
+            case .success(let fd): return fd
+            case .failure(let error): throw HostReadError(path: path, systemError: error)
+            }
+        }
+        guard rootDirectory.descriptor >= 0 else {
+            throw HostReadError(path: path, systemError: SystemError(-rootDirectory.descriptor))
+        }
+        while true {
+            let fd = fingerly_open_beneath(rootDirectory.descriptor, path, flags, followFinalLink, resolution)
+            if fd >= 0 { return fd }
+            if -fd != EINTR && -fd != EAGAIN {
+                throw HostReadError(path: path, systemError: SystemError(-fd))
+            }
+            // EAGAIN: openat2 saw a rename race and asks for a retry; the allowance bounds it.
+            try allowance?.check(path)
+        }
+    }
+
+    /// Reads at most `limit` bytes of a regular file. Never opens anything that could block
+    /// (a FIFO, a socket, a terminal): a hostile tree would hang the probe.
+    package func read(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> [UInt8] {
+        log?.record(path)
+        let (fd, status) = try openForReading(path, what: "a regular file") { $0.isRegularFile }
+        defer { close(fd) }
+        let wantedTotal = min(limit, allowance.map { $0.remaining } ?? limit)
+        var bytes: [UInt8] = []
+        // A regular file says its size: one allocation of exactly what will be read, instead of
+        // doublings that hold up to twice the limit at the peak.
+        if status.size > 0 { bytes.reserveCapacity(status.size < UInt64(wantedTotal) ? Int(status.size) : wantedTotal) }
+        // /proc files say size 0 and sysfs ones 4096: a small first chunk, the file's own size when larger.
+        let sizeHint = status.size < UInt64(64 * 1024) ? Int(status.size) + 1 : 64 * 1024
+        var chunk = [UInt8](repeating: 0, count: max(1, min(wantedTotal, max(4096, sizeHint))))
+        while bytes.count < wantedTotal {
+            try allowance?.check(path)
+            let wanted = min(chunk.count, wantedTotal - bytes.count)
+            let result = chunk.withUnsafeMutableBytes { buffer in
+                retryingOnInterrupt { Glibc.read(fd, buffer.baseAddress, wanted) }
+            }
+            switch result {
+            case .success(0): return bytes
+            case .success(let count):
+                allowance?.charge(count)
+                bytes.append(contentsOf: chunk[0..<count])
+            case .failure(let error): throw HostReadError(path: path, systemError: error)
+            }
+        }
+        if bytes.count < limit {
+            // Cut by the allowance, not by the caller's limit: say so rather than hand back a prefix.
+            try allowance?.check(path)
+        }
+        return bytes
+    }
+
+    /// Reads a whole file of at most `limit` bytes; a longer one is malformed, never cut. For
+    /// files whose every line counts (ld.so.preload, trusted certificates): a prefix judged as
+    /// the whole would let padding hide what follows it.
+    package func readWhole(_ path: String, limit: Int, bypassingLibc: Bool = false) throws(HostReadError) -> [UInt8] {
+        let bytes = bypassingLibc ? try readBypassingLibc(path, limit: limit + 1) : try read(path, limit: limit + 1)
+        guard bytes.count <= limit else {
+            throw HostReadError(.malformed, path: path, detail: Self.oversizedDetail(limit))
+        }
+        return bytes
+    }
+
+    package static func oversizedDetail(_ limit: Int) -> String {
+        "larger than the \(limit)-byte limit: not read in part, since a part would be judged as the whole"
+    }
+
+    /// Reads a file as UTF-8 text; invalid UTF-8 is malformed rather than silently repaired.
+    package func readText(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> String {
+        try Self.utf8Text(read(path, limit: limit), path: path)
+    }
+
+    private static func utf8Text(_ bytes: [UInt8], path: String) throws(HostReadError) -> String {
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw HostReadError(.malformed, path: path, detail: "not valid UTF-8 text")
+        }
+        return text
+    }
+
+    /// Reads a file of this very process (/proc/self/…) with raw system calls on the live host,
+    /// so an LD_PRELOAD hook on open/read cannot filter it; under a root prefix it is an
+    /// ordinary read of the tree.
+    package func readBypassingLibc(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> [UInt8] {
+        guard isLiveHost else { return try read(path, limit: limit) }
+        log?.record(path)
+        try allowance?.check(path)
+        // /proc files give no size up front: start small and read again, larger, only when full.
+        var capacity = min(limit, 64 * 1024)
+        while true {
+            var buffer = [UInt8](repeating: 0, count: capacity)
+            let count = buffer.withUnsafeMutableBytes { raw in
+                fingerly_raw_read_file(path, raw.baseAddress!.assumingMemoryBound(to: CChar.self), capacity)
+            }
+            guard count >= 0 else { throw HostReadError(path: path, systemError: SystemError(Int32(-count))) }
+            allowance?.charge(count)
+            if count < capacity || capacity == limit { return Array(buffer[0..<count]) }
+            try allowance?.check(path)
+            capacity = min(limit, capacity * 4)
+        }
+    }
+
+    package func readTextBypassingLibc(_ path: String, limit: Int = HostFileSystem.defaultReadLimit) throws(HostReadError) -> String {
+        try Self.utf8Text(readBypassingLibc(path, limit: limit), path: path)
+    }
+
+    /// The first line of a sysfs-style attribute file, trimmed.
+    package func readAttribute(_ path: String) throws(HostReadError) -> String {
+        let text = try readText(path, limit: 4096)
+        return text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+            .first.map { $0.trimmingWhitespace() } ?? ""
+    }
+
+    /// The target of a symbolic link, as stored (never resolved against the root prefix).
+    package func readLink(_ path: String) throws(HostReadError) -> String {
+        log?.record(path)
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let capacity = buffer.count - 1
+        let length: Int
+        if isLiveHost {
+            // /proc/<pid>/fd/N and /proc/self/exe are magic links: their targets are the answer.
+            try allowance?.check(path)
+            let result = buffer.withUnsafeMutableBufferPointer { pointer in
+                retryingOnInterrupt { readlink(path, pointer.baseAddress!, capacity) }
+            }
+            switch result {
+            case .success(let count): length = count
+            case .failure(let error): throw HostReadError(path: path, systemError: error)
+            }
+        } else {
+            let fd = try openDescriptor(path, flags: fingerlyOpenPath, followFinalLink: false)
+            defer { close(fd) }
+            let count = buffer.withUnsafeMutableBufferPointer { fingerly_read_link_fd(fd, $0.baseAddress!, UInt(capacity)) }
+            guard count >= 0 else {
+                // ENOENT from readlinkat on an O_PATH descriptor that is no link: as readlink(2) says it.
+                let code = Int32(-count) == ENOENT ? EINVAL : Int32(-count)
+                throw HostReadError(path: path, systemError: SystemError(code))
+            }
+            length = count
+        }
+        return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// Names in a directory, without "." and "..", sorted for stable output; at most
+    /// `directoryEntryLimit` of them.
+    package func listDirectory(_ path: String) throws(HostReadError) -> [String] {
+        try listDirectory(path, limit: Self.directoryEntryLimit, keeping: nil)
+    }
+
+    /// Names in a directory that `keeping` accepts (before any is stored), at most `limit`.
+    package func listDirectory(_ path: String, limit: Int, keeping: ((String) -> Bool)?) throws(HostReadError) -> [String] {
+        log?.record(path)
+        let fd = try openDescriptor(path, flags: O_RDONLY | O_DIRECTORY | O_NONBLOCK)
+        guard let directory = fdopendir(fd) else {
+            let error = SystemError.current
+            close(fd)
+            throw HostReadError(path: path, systemError: error)
+        }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while names.count < limit, let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            guard name != "." && name != "..", keeping?(name) ?? true else { continue }
+            names.append(name)
+            // Names count against the probe's allowance like file contents do.
+            allowance?.charge(name.utf8.count + 16)
+            if names.count % 256 == 0 { try allowance?.check(path) }
+        }
+        names.sort()
+        return names
+    }
+
+    /// Whether anything exists at the path (without following a final symlink).
+    package func exists(_ path: String) -> Bool {
+        log?.record(path)
+        guard let fd = try? openDescriptor(path, flags: fingerlyOpenPath, followFinalLink: false) else { return false }
+        close(fd)
+        return true
+    }
+
+    /// What stat says of a path, following a final link inside the root.
+    package func status(_ path: String, followFinalLink: Bool = true) throws(HostReadError) -> FileStatus {
+        log?.record(path)
+        let fd = try openDescriptor(path, flags: fingerlyOpenPath, followFinalLink: followFinalLink)
+        defer { close(fd) }
+        return try status(of: fd, path: path)
+    }
+
+    /// Runs `body` with a descriptor open for reading on an image file, or on the live host a
+    /// block device (for libraries such as libblkid that read a device themselves), closed
+    /// afterwards. Under a root prefix a device node is the live kernel's device whatever tree
+    /// it sits in (and libblkid would look the device up in the live /sys): only files.
+    package func withReadableDevice<T>(_ path: String, _ body: (Int32) throws(HostReadError) -> T) throws(HostReadError) -> T {
+        log?.record(path)
+        let (fd, _) = try openForReading(path, what: isLiveHost ? "a block device or image file" : "an image file") {
+            $0.isRegularFile || (isLiveHost && $0.isBlockDevice)
+        }
+        defer { close(fd) }
+        return try body(fd)
+    }
+
+    /// Opens a file for reading only once its type is known to be acceptable. Under a root
+    /// prefix the path is resolved to an O_PATH descriptor, its type checked on that descriptor,
+    /// and the same inode then opened through /proc/self/fd: opening a device node the tree
+    /// planted (a watchdog, a tape, a serial line) acts on the live host, so it never happens,
+    /// and nothing can be swapped in between the check and the open.
+    private func openForReading(_ path: String, what: String, accept: (FileStatus) -> Bool) throws(HostReadError) -> (Int32, FileStatus) {
+        let flags = O_RDONLY | O_NONBLOCK | O_NOCTTY
+        // procfs and sysfs hold no device nodes and no FIFOs: there the plain open is safe and
+        // saves two system calls on the hottest path. Elsewhere on the live host a file can be a
+        // link the user made ($HOME/.config/dconf/user -> /dev/watchdog under `sudo -E`).
+        guard !isLiveHost || !(path.hasPrefix("/proc/") || path.hasPrefix("/sys/")) else {
+            let fd = try openDescriptor(path, flags: flags)
+            let status: FileStatus
+            do { status = try self.status(of: fd, path: path) } catch { close(fd); throw error }
+            guard accept(status) else {
+                close(fd)
+                throw HostReadError(.malformed, path: path, detail: "not \(what) (\(status.kindName))")
+            }
+            return (fd, status)
+        }
+        // The live host resolves the path as the kernel would; a root prefix inside its tree.
+        let located = try openDescriptor(path, flags: fingerlyOpenPath)
+        defer { close(located) }
+        let status = try status(of: located, path: path)
+        guard accept(status) else { throw HostReadError(.malformed, path: path, detail: "not \(what) (\(status.kindName))") }
+        switch retryingOnInterrupt({ open("/proc/self/fd/\(located)", flags | O_CLOEXEC) }) {
+        case .success(let fd): return (fd, status)
+        case .failure(let error):
+            let detail = error.code == ENOENT ? "cannot be opened safely: /proc is not mounted" : error.description
+            throw HostReadError(error.code == ENOENT ? .error : HostReadError(path: path, systemError: error).failure, path: path, detail: detail)
+        }
+    }
+
+    private func status(of fd: Int32, path: String) throws(HostReadError) -> FileStatus {
+        var raw = fingerly_file_status()
+        let result = fingerly_status_fd(fd, &raw)
+        guard result == 0 else { throw HostReadError(path: path, systemError: SystemError(-result)) }
+        return FileStatus(raw)
+    }
+}
+
+/// O_PATH: a descriptor that names a file without opening it for reading.
+package let fingerlyOpenPath = fingerly_open_path_flag
+
+/// The few stat fields probes use.
+package struct FileStatus: Sendable, Hashable {
+    let mode: UInt32
+    let ownerId: UInt32
+    let size: UInt64
+    package let modifiedSeconds: Int64
+    package let birthSeconds: Int64?
+
+    package init(_ raw: fingerly_file_status) {
+        mode = raw.mode
+        ownerId = raw.uid
+        size = raw.size
+        modifiedSeconds = raw.modified_seconds
+        birthSeconds = raw.birth_seconds < 0 ? nil : raw.birth_seconds
+    }
+
+    private var type: UInt32 { mode & UInt32(S_IFMT) }
+    var isRegularFile: Bool { type == UInt32(S_IFREG) }
+    var isDirectory: Bool { type == UInt32(S_IFDIR) }
+    var isBlockDevice: Bool { type == UInt32(S_IFBLK) }
+    var isCharacterDevice: Bool { type == UInt32(S_IFCHR) }
+    package var isWorldReadable: Bool { mode & UInt32(S_IROTH) != 0 }
+
+    var kindName: String {
+        switch type {
+        case UInt32(S_IFREG): return "regular file"
+        case UInt32(S_IFDIR): return "directory"
+        case UInt32(S_IFLNK): return "symbolic link"
+        case UInt32(S_IFIFO): return "FIFO"
+        case UInt32(S_IFSOCK): return "socket"
+        case UInt32(S_IFCHR): return "character device"
+        case UInt32(S_IFBLK): return "block device"
+        default: return "unknown type"
+        }
+    }
+}
+
+extension StringProtocol {
+    /// Trims ASCII white space and NULs, working on UTF-8 bytes: this runs on every line of
+    /// every /proc file, where Character iteration would dominate.
+    package func trimmingWhitespace() -> String {
+        let bytes = Array(utf8)
+        let isSpace: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D || $0 == 0 }
+        guard let first = bytes.firstIndex(where: { !isSpace($0) }) else { return "" }
+        let last = bytes.lastIndex(where: { !isSpace($0) })!
+        return String(decoding: bytes[first...last], as: UTF8.self)
+    }
+}

@@ -1,0 +1,52 @@
+/// A value offered to the stable identifiers, already hashed.
+public struct IdentityComponent: Sendable, Codable, Hashable {
+    public enum Scope: String, Sendable, Codable, Hashable {
+        /// The physical or virtual machine: containers on one host share it.
+        case hardware
+        /// This OS installation.
+        case instance
+    }
+
+    public let scope: Scope
+    /// A kind, not an instance name: "disk", "nic", "dmi-model"… Kernel names such as sda
+    /// can swap between boots and are kept out of it.
+    public let name: String
+    public let hash: String
+    /// Readable by an unprivileged user as well as root. Only these shape an identifier, so
+    /// that running as root or not never flips it; the rest is extra evidence.
+    public let worldReadable: Bool
+
+    package init(scope: Scope, name: String, hash: String, worldReadable: Bool) {
+        self.scope = scope
+        self.name = name
+        self.hash = hash
+        self.worldReadable = worldReadable
+    }
+}
+
+/// The two stable identifiers and what went into them.
+public struct HostIdentity: Sendable, Codable, Hashable {
+    public static let hardwareIdVersion = 1
+    public static let instanceIdVersion = 1
+
+    public let hardwareId: String?
+    public let hardwareIdVersion: Int
+    public let instanceId: String?
+    public let instanceIdVersion: Int
+    /// `name:hash-prefix` of every component that shaped each identifier, so a server can
+    /// match fuzzily when one of them changes (a disk replaced).
+    public let hardwareComponents: [String]
+    public let instanceComponents: [String]
+    /// Components seen but only readable by root: evidence, never part of an identifier.
+    public let rootOnlyEvidence: [String]
+
+    package init(hardwareId: String? = nil, hardwareIdVersion: Int, instanceId: String? = nil, instanceIdVersion: Int, hardwareComponents: [String], instanceComponents: [String], rootOnlyEvidence: [String]) {
+        self.hardwareId = hardwareId
+        self.hardwareIdVersion = hardwareIdVersion
+        self.instanceId = instanceId
+        self.instanceIdVersion = instanceIdVersion
+        self.hardwareComponents = hardwareComponents
+        self.instanceComponents = instanceComponents
+        self.rootOnlyEvidence = rootOnlyEvidence
+    }
+}

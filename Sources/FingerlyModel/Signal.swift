@@ -1,0 +1,74 @@
+/// A typed signal value. Encoded as the bare JSON value so reports stay easy to read.
+public enum SignalValue: Sendable, Hashable, Codable, CustomStringConvertible {
+    case bool(Bool)
+    case int(Int)
+    case string(String)
+    case strings([String])
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int.self) {
+            self = .int(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else {
+            self = .strings(try container.decode([String].self))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .bool(let value): try container.encode(value)
+        case .int(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .strings(let value): try container.encode(value)
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .bool(let value): return String(value)
+        case .int(let value): return String(value)
+        case .string(let value): return value
+        case .strings(let value): return value.joined(separator: ", ")
+        }
+    }
+
+    /// The catalogue's name for this value's type.
+    var typeName: String {
+        switch self {
+        case .bool: return "bool"
+        case .int: return "int"
+        case .string: return "string"
+        case .strings: return "strings"
+        }
+    }
+}
+
+/// Which scheduling tier a probe belongs to.
+public enum Tier: String, Sendable, Codable, Hashable, CaseIterable, Comparable {
+    /// Cheap files and syscalls, always run first.
+    case fast
+    /// Heavier work that must never delay the fast tier.
+    case deferred
+
+    public static func < (lhs: Tier, rhs: Tier) -> Bool {
+        lhs == .fast && rhs == .deferred
+    }
+}
+
+/// How a probe run ended.
+public enum ProbeStatus: String, Sendable, Codable, Hashable {
+    case ok, absent, denied, malformed, error, timeout, skipped
+
+    /// A status that means evidence existed but could not be read.
+    package var hidesEvidence: Bool {
+        switch self {
+        case .denied, .malformed, .error, .timeout: return true
+        case .ok, .absent, .skipped: return false
+        }
+    }
+}

@@ -1,0 +1,196 @@
+import FoundationEssentials
+
+/// How sure a verdict is.
+public enum Confidence: String, Sendable, Codable, Hashable, Comparable, CaseIterable {
+    case low, medium, high
+
+    var rank: Int { Confidence.allCases.firstIndex(of: self)! }
+    public static func < (lhs: Confidence, rhs: Confidence) -> Bool { lhs.rank < rhs.rank }
+
+    package var raised: Confidence { self == .low ? .medium : .high }
+}
+
+/// The verdicts a policy decides, in report order.
+public enum VerdictName: String, Sendable, Codable, Hashable, CaseIterable, CodingKeyRepresentable {
+    case virtualization, container, debugger, instrumentation, tampering, mitm, proxy, automation, farm
+}
+
+/// One piece of evidence behind a verdict.
+public struct Reason: Sendable, Codable, Hashable {
+    /// Stable code: the policy rule id.
+    public let code: String
+    public let message: String
+    public let confidence: Confidence
+
+    package init(code: String, message: String, confidence: Confidence) {
+        self.code = code
+        self.message = message
+        self.confidence = confidence
+    }
+}
+
+/// Evidence a verdict could not see because a probe failed, said rather than hidden.
+public struct MissingEvidence: Sendable, Codable, Hashable {
+    public let probe: String
+    public let status: ProbeStatus
+    public let message: String
+
+    package init(probe: String, status: ProbeStatus, message: String) {
+        self.probe = probe
+        self.status = status
+        self.message = message
+    }
+}
+
+/// A local decision about this host or process.
+public struct Verdict: Sendable, Codable, Hashable {
+    public let value: Bool
+    /// For a true verdict, how strong the evidence is. For a false one: `medium` when every
+    /// probe the rules rely on ran, `low` when some of their evidence was missing.
+    public let confidence: Confidence
+    /// What was found (`kvm`, `docker`…), when the evidence names it.
+    public let kind: String?
+    public let reasons: [Reason]
+    /// Reasons of rules that fired but were left out to keep the verdict's reasons within
+    /// `VerdictEngine.verdictReasonBudget`; nil when none were. The value and confidence
+    /// still count every rule that fired.
+    public let reasonsOmitted: Int?
+    public let missingEvidence: [MissingEvidence]
+
+    package init(value: Bool, confidence: Confidence, kind: String?, reasons: [Reason], reasonsOmitted: Int? = nil,
+         missingEvidence: [MissingEvidence]) {
+        self.value = value
+        self.confidence = confidence
+        self.kind = kind
+        self.reasons = reasons
+        self.reasonsOmitted = reasonsOmitted
+        self.missingEvidence = missingEvidence
+    }
+}
+
+/// Every verdict of a full run, one property each. Encoded as a JSON object keyed by verdict name.
+public struct Verdicts: Sendable, Hashable, Codable {
+    /// Whether this process runs in a virtual machine.
+    public var virtualization: Verdict
+    /// Whether it runs in a container.
+    public var container: Verdict
+    /// Whether a debugger or tracer is attached.
+    public var debugger: Verdict
+    /// Whether an instrumentation framework (Frida, valgrind, a hooking library) is present.
+    public var instrumentation: Verdict
+    /// Whether the process or its libraries were modified (preloads, interposed symbols, patched code).
+    public var tampering: Verdict
+    /// Whether TLS traffic can be intercepted (an interception CA, a failed pin).
+    public var mitm: Verdict
+    /// Whether traffic goes through a proxy.
+    public var proxy: Verdict
+    /// Whether the session is automated (CI, a virtual display, input injection).
+    public var automation: Verdict
+    /// Whether the host looks like one of many identical ones (a device farm, a cloned image).
+    public var farm: Verdict
+
+    /// Verdicts by name; a name the engine did not decide is false with low confidence, as
+    /// nothing was evaluated for it.
+    package init(_ byName: [VerdictName: Verdict]) {
+        func take(_ name: VerdictName) -> Verdict { byName[name] ?? .undecided }
+        virtualization = take(.virtualization)
+        container = take(.container)
+        debugger = take(.debugger)
+        instrumentation = take(.instrumentation)
+        tampering = take(.tampering)
+        mitm = take(.mitm)
+        proxy = take(.proxy)
+        automation = take(.automation)
+        farm = take(.farm)
+    }
+
+    /// The verdict of that name.
+    public subscript(name: VerdictName) -> Verdict {
+        get {
+            switch name {
+            case .virtualization: virtualization
+            case .container: container
+            case .debugger: debugger
+            case .instrumentation: instrumentation
+            case .tampering: tampering
+            case .mitm: mitm
+            case .proxy: proxy
+            case .automation: automation
+            case .farm: farm
+            }
+        }
+        set {
+            switch name {
+            case .virtualization: virtualization = newValue
+            case .container: container = newValue
+            case .debugger: debugger = newValue
+            case .instrumentation: instrumentation = newValue
+            case .tampering: tampering = newValue
+            case .mitm: mitm = newValue
+            case .proxy: proxy = newValue
+            case .automation: automation = newValue
+            case .farm: farm = newValue
+            }
+        }
+    }
+
+    /// Every verdict with its name, in report order.
+    package var byName: [VerdictName: Verdict] {
+        Dictionary(uniqueKeysWithValues: VerdictName.allCases.map { ($0, self[$0]) })
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let byName = try [VerdictName: Verdict](from: decoder)
+        if let missing = VerdictName.allCases.first(where: { byName[$0] == nil }) {
+            throw DecodingError.keyNotFound(VerdictNameKey(missing), DecodingError.Context(
+                codingPath: decoder.codingPath, debugDescription: "verdict '\(missing.rawValue)' is missing"))
+        }
+        self.init(byName)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try byName.encode(to: encoder)
+    }
+
+    private struct VerdictNameKey: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init(_ name: VerdictName) { stringValue = name.rawValue }
+        init?(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+}
+
+extension Verdict {
+    /// A verdict nothing was evaluated for.
+    package static let undecided = Verdict(value: false, confidence: .low, kind: nil, reasons: [], missingEvidence: [])
+}
+
+/// How suspicious a request is, from the policy's levels over the suspect score.
+public enum SuspectLevel: String, Sendable, Codable, Hashable {
+    /// Below the policy's `medium` level.
+    case low
+    /// From the policy's `medium` level.
+    case medium
+    /// From the policy's `high` level.
+    case high
+}
+
+/// What raised the suspect score: one true verdict and the points it added.
+public struct IdentifyTrigger: Sendable, Codable, Hashable {
+    /// The rule that decided it (the code of the verdict's strongest reason).
+    public let signal: String
+    /// The verdict it belongs to.
+    public let group: String
+    /// Points added to the score: the verdict's weight times the factor of its confidence.
+    public let weight: Int
+    /// The verdict's confidence.
+    public let confidence: Confidence
+
+    package init(signal: String, group: String, weight: Int, confidence: Confidence) {
+        self.signal = signal
+        self.group = group
+        self.weight = weight
+        self.confidence = confidence
+    }
+}

@@ -1,0 +1,104 @@
+import FingerlyHost
+import FingerlyModel
+
+/// udev's database: one file per device under /run/udev/data, "E:KEY=value" lines for properties.
+package enum UdevDatabase {
+    static func properties(of id: String, on host: HostFileSystem) -> [String: String] {
+        guard let text = try? host.readText("/run/udev/data/" + id, limit: 64 * 1024) else { return [:] }
+        var properties: [String: String] = [:]
+        for line in text.split(separator: "\n") where line.hasPrefix("E:") {
+            let entry = line.dropFirst(2)
+            guard let equals = entry.firstIndex(of: "=") else { continue }
+            properties[String(entry[..<equals])] = String(entry[entry.index(after: equals)...])
+        }
+        return properties
+    }
+}
+
+/// Walks sysfs through the host layer, so a root tree (a fixture, a container's root filesystem
+/// or an image with a saved /sys) is enumerated the way libudev enumerates the live host.
+package struct SysfsInventory: DeviceInventory {
+    let host: HostFileSystem
+    package var source: DeviceSource { .sysfs }
+
+    /// Buses list their devices under /sys/bus; classes under /sys/class.
+    private static let buses: Set<String> = ["pci", "usb", "scsi", "serio", "hid", "platform", "virtio", "i2c", "acpi"]
+
+    package func devices(_ query: DeviceQuery) throws(HostReadError) -> [DeviceNode] {
+        let directory = Self.buses.contains(query.subsystem) ? "/sys/bus/\(query.subsystem)/devices" : "/sys/class/\(query.subsystem)"
+        var nodes: [DeviceNode] = []
+        for name in try host.listDirectory(directory) {
+            let path = resolve(directory + "/" + name)
+            let properties = uevent(path)
+            let devtype = properties["DEVTYPE"]
+            if let wanted = query.devtype, devtype != wanted { continue }
+            var merged = properties
+            for (key, value) in databaseProperties(path: path, subsystem: query.subsystem, sysname: name, properties: properties)
+            where merged[key] == nil {
+                merged[key] = value
+            }
+            var attributes: [String: String] = [:]
+            for attribute in query.attributes {
+                if let value = try? host.readAttribute(path + "/" + attribute) { attributes[attribute] = value }
+            }
+            nodes.append(DeviceNode(path: path, subsystem: query.subsystem, sysname: name, devtype: devtype,
+                                    driver: properties["DRIVER"] ?? linkName(path + "/driver"),
+                                    properties: merged, attributes: attributes, ancestors: ancestors(of: path)))
+        }
+        return nodes.sorted { $0.path < $1.path }
+    }
+
+    /// The canonical /sys/devices path behind a class or bus symlink.
+    func resolve(_ path: String) -> String {
+        guard let target = try? host.readLink(path) else { return path }
+        if target.hasPrefix("/") { return target }
+        var components = path.split(separator: "/").dropLast().map(String.init)
+        for part in target.split(separator: "/") {
+            if part == ".." { _ = components.popLast() } else if part != "." { components.append(String(part)) }
+        }
+        return "/" + components.joined(separator: "/")
+    }
+
+    private func linkName(_ path: String) -> String? {
+        (try? host.readLink(path)).flatMap { $0.split(separator: "/").last.map(String.init) }
+    }
+
+    private func uevent(_ path: String) -> [String: String] {
+        guard let text = try? host.readText(path + "/uevent", limit: 64 * 1024) else { return [:] }
+        var properties: [String: String] = [:]
+        for line in text.split(separator: "\n") {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            properties[String(line[..<equals])] = String(line[line.index(after: equals)...])
+        }
+        return properties
+    }
+
+    /// udev's database entry, named as udev names it: b/c + major:minor for device nodes,
+    /// n + ifindex for network interfaces, +subsystem:sysname otherwise.
+    private func databaseProperties(path: String, subsystem: String, sysname: String, properties: [String: String]) -> [String: String] {
+        let id: String
+        if let major = properties["MAJOR"], let minor = properties["MINOR"] {
+            id = (subsystem == "block" ? "b" : "c") + major + ":" + minor
+        } else if subsystem == "net", let index = properties["IFINDEX"] {
+            id = "n" + index
+        } else {
+            id = "+" + subsystem + ":" + sysname
+        }
+        return UdevDatabase.properties(of: id, on: host)
+    }
+
+    private func ancestors(of path: String) -> [DeviceAncestor] {
+        var result: [DeviceAncestor] = []
+        var components = path.split(separator: "/").map(String.init)
+        while components.count > 3 {  // stop at /sys/devices
+            components.removeLast()
+            let ancestor = "/" + components.joined(separator: "/")
+            guard let subsystem = linkName(ancestor + "/subsystem") else { continue }
+            let properties = uevent(ancestor)
+            result.append(DeviceAncestor(path: ancestor, subsystem: subsystem, sysname: components.last ?? "",
+                                         devtype: properties["DEVTYPE"],
+                                         driver: properties["DRIVER"] ?? linkName(ancestor + "/driver")))
+        }
+        return result
+    }
+}

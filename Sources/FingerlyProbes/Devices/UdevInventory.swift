@@ -1,0 +1,79 @@
+import CUdev
+import FingerlyHost
+import FingerlyModel
+
+/// libudev enumeration. Each instance owns its own `udev` context and is used by one probe on
+/// one thread, as libudev requires.
+package final class UdevInventory: DeviceInventory {
+    private let context: OpaquePointer
+    package let source: DeviceSource
+
+    init?(host: HostFileSystem) {
+        guard let context = udev_new() else { return nil }
+        self.context = context
+        // libudev works without its database but then only knows what sysfs says.
+        source = host.exists("/run/udev/data") ? .udev : .udevWithoutDatabase
+    }
+
+    deinit { udev_unref(context) }
+
+    package func devices(_ query: DeviceQuery) throws(HostReadError) -> [DeviceNode] {
+        guard let enumerate = udev_enumerate_new(context) else {
+            throw HostReadError(.error, path: "/sys/class/\(query.subsystem)", detail: "libudev could not start an enumeration")
+        }
+        defer { udev_enumerate_unref(enumerate) }
+        udev_enumerate_add_match_subsystem(enumerate, query.subsystem)
+        let scan = udev_enumerate_scan_devices(enumerate)
+        if scan < 0 {
+            throw HostReadError(path: "/sys/class/\(query.subsystem)", systemError: SystemError(-scan))
+        }
+        var paths: [String] = []
+        var entry = udev_enumerate_get_list_entry(enumerate)
+        while let current = entry {
+            if let name = udev_list_entry_get_name(current) { paths.append(String(cString: name)) }
+            entry = udev_list_entry_get_next(current)
+        }
+        var nodes: [DeviceNode] = []
+        for path in paths.sorted() {
+            guard let device = udev_device_new_from_syspath(context, path) else { continue }
+            defer { udev_device_unref(device) }
+            let devtype = string(udev_device_get_devtype(device))
+            if let wanted = query.devtype, devtype != wanted { continue }
+            var properties: [String: String] = [:]
+            var property = udev_device_get_properties_list_entry(device)
+            while let current = property {
+                if let name = udev_list_entry_get_name(current), let value = udev_list_entry_get_value(current) {
+                    properties[String(cString: name)] = String(cString: value)
+                }
+                property = udev_list_entry_get_next(current)
+            }
+            var attributes: [String: String] = [:]
+            for name in query.attributes {
+                if let value = udev_device_get_sysattr_value(device, name) {
+                    attributes[name] = String(cString: value).trimmingWhitespace()
+                }
+            }
+            var ancestors: [DeviceAncestor] = []
+            // Parents are owned by the child device: no unref.
+            var parent = udev_device_get_parent(device)
+            while let current = parent {
+                if let subsystem = string(udev_device_get_subsystem(current)) {
+                    ancestors.append(DeviceAncestor(path: string(udev_device_get_syspath(current)) ?? "",
+                                                    subsystem: subsystem,
+                                                    sysname: string(udev_device_get_sysname(current)) ?? "",
+                                                    devtype: string(udev_device_get_devtype(current)),
+                                                    driver: string(udev_device_get_driver(current))))
+                }
+                parent = udev_device_get_parent(current)
+            }
+            nodes.append(DeviceNode(path: path, subsystem: query.subsystem, sysname: string(udev_device_get_sysname(device)) ?? "",
+                                    devtype: devtype, driver: string(udev_device_get_driver(device)),
+                                    properties: properties, attributes: attributes, ancestors: ancestors))
+        }
+        return nodes
+    }
+
+    private func string(_ pointer: UnsafePointer<CChar>?) -> String? {
+        pointer.map { String(cString: $0) }
+    }
+}

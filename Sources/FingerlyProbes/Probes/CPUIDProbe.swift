@@ -1,0 +1,75 @@
+import CFingerlyShims
+import FoundationEssentials
+import FingerlyHost
+import FingerlyModel
+
+/// The CPUID hypervisor bit (leaf 1, ECX bit 31) and vendor leaf 0x40000000.
+///
+/// A root tree is not the CPU this process runs on, so under `--root` the probe replays
+/// `<root>/.fingerly/cpuid.json` and never mixes in the live CPU.
+package struct CPUIDProbe: Probe {
+    package let id = "cpuid"
+    static let replayPath = "/.fingerly/cpuid.json"
+
+    struct Observation: Codable {
+        let vendor: String?
+        let hypervisorBit: Bool?
+    }
+
+    package func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let observation = context.host.isLiveHost ? try Self.liveObservation() : try Self.replayed(from: context.host)
+        if let bit = observation.hypervisorBit { context.emit("cpu.hypervisor_bit", bit) }
+        if let vendor = observation.vendor.map(Self.normalised), !vendor.isEmpty {
+            context.emit("cpu.hypervisor_vendor", vendor)
+            // Table keys keep the signature's own padding ("bhyve bhyve "), which the
+            // normalised vendor has lost.
+            let kind = context.tables.cpuidHypervisorVendors[vendor]
+                ?? context.tables.cpuidHypervisorVendors.first { Self.normalised($0.key) == vendor }?.value
+            if let kind {
+                context.emit("cpu.hypervisor_kind", kind)
+            }
+        }
+    }
+
+    /// Recorded vendor strings may come quoted ('KVMKVMKVM') or as a capture's placeholder
+    /// ("?", "@"): only letters, digits and inner spaces name a hypervisor.
+    static func normalised(_ vendor: String) -> String {
+        let trimmed = vendor.trimmingWhitespace().trimmingCharacters(in: "'\"")
+        return trimmed.contains(where: { $0.isLetter || $0.isNumber }) ? trimmed : ""
+    }
+
+    static func liveObservation() throws(ProbeFailure) -> Observation {
+        var registers = fingerly_cpuid_registers()
+        guard fingerly_cpuid(1, 0, &registers) else {
+            throw ProbeFailure(.skipped, "this architecture has no CPUID instruction")
+        }
+        let hypervisorBit = registers.ecx & (1 << 31) != 0
+        // Leaf 0x40000000 is only defined under a hypervisor; on bare metal it returns
+        // whatever the highest basic leaf holds.
+        guard hypervisorBit, fingerly_cpuid(0x4000_0000, 0, &registers) else {
+            return Observation(vendor: nil, hypervisorBit: hypervisorBit)
+        }
+        var bytes: [UInt8] = []
+        for register in [registers.ebx, registers.ecx, registers.edx] {
+            withUnsafeBytes(of: register.littleEndian) { bytes.append(contentsOf: $0) }
+        }
+        let vendor = String(decoding: bytes.prefix(while: { $0 != 0 }), as: UTF8.self)
+        return Observation(vendor: vendor, hypervisorBit: true)
+    }
+
+    static func replayed(from host: HostFileSystem) throws(ProbeFailure) -> Observation {
+        let bytes: [UInt8]
+        do {
+            bytes = try host.read(replayPath, limit: 64 * 1024)
+        } catch where error.failure == .absent {
+            throw ProbeFailure(.skipped, "a root tree is not the running CPU, and it has no \(replayPath) to replay")
+        } catch {
+            throw ProbeFailure(error)
+        }
+        do {
+            return try JSONDecoder().decode(Observation.self, from: Data(bytes))
+        } catch {
+            throw ProbeFailure(.malformed, "\(replayPath): expected {\"vendor\": string, \"hypervisorBit\": bool|null}")
+        }
+    }
+}

@@ -1,0 +1,79 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CFingerlyShims
+import FingerlyHost
+import FingerlyModel
+
+/// Compares the first bytes of sensitive functions in memory with the same bytes in the ELF
+/// file they were loaded from: an inline hook (a jump written over the prologue), a software
+/// breakpoint or a uprobe all show up as a difference.
+package struct CodeIntegrityProbe: Probe {
+    package let id = "code-integrity"
+    static let compared = 16
+
+    package func collect(into context: ProbeContext) throws(ProbeFailure) {
+        guard context.host.isLiveHost else { throw ProbeFailure(.skipped, "inspects this process's code; a root tree has none") }
+        var hooks: [String] = []
+        var breakpoints: [String] = []
+        var checked = 0
+        for (name, address) in Self.functions() {
+            var memory = [UInt8](repeating: 0, count: Self.compared)
+            var disk = [UInt8](repeating: 0, count: Self.compared)
+            var path = [CChar](repeating: 0, count: 1024)
+            let same = fingerly_compare_code_with_file(address, &memory, &disk, Self.compared, &path, path.count)
+            guard same >= 0 else { continue }
+            checked += 1
+            guard same == 0 else { continue }
+            let file = String(decoding: path.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if BreakpointsProbe.startsWithBreakpoint(address) && !BreakpointsProbe.startsWithBreakpoint(disk) {
+                breakpoints.append("\(name) in \(file)")
+            } else {
+                hooks.append("\(name) in \(file): \(Self.describe(memory))")
+            }
+        }
+        context.emit("integrity.functions_checked", checked)
+        context.emit("integrity.inline_hooks", hooks)
+        context.emit("integrity.code_breakpoints", breakpoints)
+    }
+
+    /// The real definitions (inside their libraries, not what an interposer answers), and this
+    /// library's own entry points.
+    static func functions() -> [(String, UnsafeRawPointer)] {
+        var result: [(String, UnsafeRawPointer)] = []
+        for (library, symbols) in [SymbolInterpositionProbe.libc, SymbolInterpositionProbe.libssl] {
+            guard let handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD) else { continue }
+            defer { dlclose(handle) }
+            for symbol in symbols {
+                if let address = dlsym(handle, symbol) { result.append((symbol, UnsafeRawPointer(address))) }
+            }
+        }
+        for (name, address) in BreakpointsProbe.watchedEntries() where name != "_r_debug.r_brk" {
+            if let address { result.append((name, address)) }
+        }
+        return result
+    }
+
+    /// Names the usual x86-64 trampolines.
+    static func describe(_ bytes: [UInt8]) -> String {
+        let hex = bytes.prefix(8).map { String($0, radix: 16).leftPadded(2) }.joined(separator: " ")
+        var body = bytes[...]
+        // endbr64 may precede the jump.
+        if body.starts(with: [0xF3, 0x0F, 0x1E, 0xFA]) { body = body.dropFirst(4) }
+        let kind: String
+        switch Array(body.prefix(2)) {
+        case let prefix where prefix.first == 0xE9: kind = "jmp rel32 trampoline"
+        case let prefix where prefix.first == 0xEB: kind = "short jmp"
+        case [0xFF, 0x25]: kind = "jmp [rip+disp] trampoline"
+        case [0x48, 0xB8], [0x49, 0xBB], [0x49, 0xBA]:
+            kind = body.dropFirst(10).starts(with: [0xFF, 0xE0]) || body.dropFirst(10).starts(with: [0x41, 0xFF]) ? "mov+jmp trampoline" : "movabs"
+        case let prefix where prefix.first == 0x68: kind = "push+ret trampoline"
+        default: kind = "modified prologue"
+        }
+        return "\(kind) (\(hex))"
+    }
+}
+
+extension String {
+    func leftPadded(_ width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
+}

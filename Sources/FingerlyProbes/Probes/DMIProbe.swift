@@ -1,0 +1,103 @@
+import FingerlyHost
+import FingerlyModel
+
+/// Firmware vendor strings from /sys/class/dmi/id (world-readable, unlike the serials).
+package struct DMIProbe: Probe {
+    package let id = "dmi"
+    static let directory = "/sys/class/dmi/id/"
+    static let strings = [
+        ("sys_vendor", "dmi.sys_vendor"),
+        ("product_name", "dmi.product_name"),
+        ("board_vendor", "dmi.board_vendor"),
+        ("bios_vendor", "dmi.bios_vendor"),
+    ]
+    /// Versions that name a hypervisor (Hyper-V's "Hyper-V UEFI Release", Xen-era EC2's
+    /// "4.11.amazon") but are no part of the model's identity.
+    static let matchOnlyStrings = [
+        ("product_version", "dmi.product_version"),
+        ("bios_version", "dmi.bios_version"),
+    ]
+    /// Vendor strings every table row without `fields` is tested against.
+    static let defaultMatchFields = ["sys_vendor", "product_name", "board_vendor", "bios_vendor", "product_version"]
+    static let smbiosBIOSEntry = "/sys/firmware/dmi/entries/0-0/raw"
+
+    package func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let host = context.host
+        var vendorTexts: [String] = []
+        // An ignored string is not read, so it cannot name a hypervisor either.
+        for (file, signal) in Self.strings where context.wants(signal) {
+            guard let value = context.attempt({ () throws(HostReadError) in try host.readAttribute(Self.directory + file) }),
+                  !value.isEmpty else { continue }
+            context.emit(signal, value)
+            vendorTexts.append(value)
+        }
+        if context.wants("dmi.chassis_type") || context.wants("dmi.chassis_kind"),
+           let text = context.attempt({ () throws(HostReadError) in try host.readAttribute(Self.directory + "chassis_type") }) {
+            if let number = Int(text) {
+                context.emit("dmi.chassis_type", number)
+                context.emit("dmi.chassis_kind", context.tables.chassisTypes[String(number)] ?? "unknown")
+            } else {
+                context.recordMalformed(Self.directory + "chassis_type", "not an SMBIOS chassis number")
+            }
+        }
+        // Vendor and model strings are world-readable and shared by every unit of a model: one
+        // weak component, not an identifier on their own.
+        if !vendorTexts.isEmpty {
+            context.contribute(.hardware, "dmi-model", raw: vendorTexts.joined(separator: "|"), worldReadable: true, signal: "dmi.product_name")
+        }
+        // Strings that only name a hypervisor, read for matching: the model's identity above
+        // stays the four vendor strings.
+        var attributes = Dictionary(uniqueKeysWithValues: zip(Self.strings.map(\.0), Self.strings.map(\.1))
+            .compactMap { file, signal in context.signals[signal].map { (file, $0.description) } })
+        for (file, signal) in Self.matchOnlyStrings where context.wants(signal) {
+            guard let value = context.attemptIfPresent({ () throws(HostReadError) in try host.readAttribute(Self.directory + file) }),
+                  !value.isEmpty else { continue }
+            context.emit(signal, value)
+            attributes[file] = value
+        }
+        let vmBit = context.wants("dmi.smbios_vm_bit") ? Self.smbiosVirtualMachineBit(context) : nil
+        if let vmBit { context.emit("dmi.smbios_vm_bit", vmBit) }
+
+        // The first table row that any vendor string matches wins, so the table's order ranks vendors.
+        let product = attributes["product_name"] ?? ""
+        let bareMetalProduct = context.tables.bareMetalProductSuffixes.contains { Self.namesBareMetal(product, suffix: $0) }
+        for row in context.tables.dmiVendors where Self.matches(row, attributes) {
+            // A cloud's bare-metal instance carries the cloud's strings but runs no hypervisor;
+            // its firmware says so in the SMBIOS VM bit, and in the product name to those who
+            // cannot read the raw table.
+            let bareMetal = row.cloud != nil && (row.smbiosVMBitDecides == true && vmBit != nil ? vmBit == false : bareMetalProduct)
+            if !bareMetal { context.emit("dmi.virtualization_kind", row.kind) }
+            if let cloud = row.cloud { context.emit("dmi.cloud", cloud) }
+            break
+        }
+        if context.signals.isEmpty, context.issues.allSatisfy({ $0.status == .absent }) {
+            throw ProbeFailure(.absent, "\(Self.directory) is not there: this machine exposes no DMI/SMBIOS")
+        }
+    }
+
+    static func matches(_ row: DetectionTables.VendorPattern, _ attributes: [String: String]) -> Bool {
+        func has(_ field: String, _ needle: String) -> Bool {
+            attributes[field]?.lowercased().contains(needle.lowercased()) == true
+        }
+        guard (row.fields ?? defaultMatchFields).contains(where: { has($0, row.pattern) }) else { return false }
+        if let requires = row.requires, !requires.allSatisfy({ has($0.key, $0.value) }) { return false }
+        if let excludes = row.excludes, excludes.contains(where: { has($0.key, $0.value) }) { return false }
+        return true
+    }
+
+    /// "c7i.metal" and "m7g.metal-48xl" are bare metal; "x.metallic" is not.
+    static func namesBareMetal(_ product: String, suffix: String) -> Bool {
+        guard !suffix.isEmpty else { return false }
+        return product.ranges(of: suffix).contains { $0.upperBound == product.endIndex || product[$0.upperBound] == "-" }
+    }
+
+    /// SMBIOS BIOS Information (type 0), characteristics extension byte 2, bit 4: "this is a
+    /// virtual machine". Root-only; an older table without that byte says nothing either way.
+    static func smbiosVirtualMachineBit(_ context: ProbeContext) -> Bool? {
+        guard let bytes = context.attemptIfPresent({ () throws(HostReadError) in try context.host.read(smbiosBIOSEntry, limit: 256) }) else {
+            return nil
+        }
+        guard bytes.count >= 20, bytes[0] == 0, bytes[1] >= 20 else { return nil }
+        return bytes[19] & 0x10 != 0
+    }
+}

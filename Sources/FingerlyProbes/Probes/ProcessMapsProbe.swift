@@ -1,0 +1,108 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import FingerlyHost
+import FingerlyModel
+/// This process's memory map, read with raw system calls: instrumentation and record/replay
+/// tools that map themselves in, and executable memfd regions.
+package struct ProcessMapsProbe: Probe {
+    package let id = "process-maps"
+
+    package func collect(into context: ProbeContext) throws(ProbeFailure) {
+        let host = context.host
+        let maps: String
+        do { maps = try host.readTextBypassingLibc("/proc/self/maps", limit: 2 * 1024 * 1024) } catch { throw ProbeFailure(error) }
+        let regions = Self.regions(maps)
+
+        var markers: [String] = []
+        let patterns = context.tables.mappingMarkers.map { ($0.pattern.lowercased(), $0.kind) }
+        for path in Self.mappedFiles(regions).sorted() {
+            let lowered = path.lowercased()
+            if let marker = patterns.first(where: { lowered.contains($0.0) }) { markers.append("\(marker.1): \(path)") }
+        }
+        context.emit("process.mapped_tool_markers", markers)
+        let memfd = regions.filter { $0.permissions.contains("x") && $0.path.hasPrefix("/memfd:") }.map(\.path)
+        context.emit("process.executable_memfd_mappings", Array(Set(memfd)).sorted())
+
+        // A shared object mapped by hand (mmap of a .so, a manual loader) never shows in the
+        // loader's list. Compared by device and inode: the loader says libudev.so.1, the map
+        // libudev.so.1.7.5, and both are the same file.
+        guard host.isLiveHost else { return }
+        let loaded = LoadedObjectsProbe.loadedObjects()
+        var known: Set<FileIdentity> = []
+        for object in loaded.objects {
+            var info = stat()
+            if stat(object.path == "[main]" ? "/proc/self/exe" : object.path, &info) == 0 {
+                known.insert(FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
+            }
+        }
+        var unloaded: [String] = []
+        for region in regions where region.path.hasPrefix("/") && region.path.split(separator: "/").last?.contains(".so") == true {
+            guard let identity = region.identity, !known.contains(identity), !unloaded.contains(region.path),
+                  !loaded.explains(region.path, soname: "", plugins: context.tables.dlopenPlugins) else { continue }
+            unloaded.append(region.path)
+        }
+        context.emit("loader.objects_mapped_without_loader", unloaded)
+
+    }
+
+    struct FileIdentity: Hashable {
+        let device: UInt64
+        let inode: UInt64
+    }
+
+    struct Region {
+        let permissions: String
+        let path: String
+        /// The mapped file's device and inode, from the map's "MAJ:MIN inode" fields.
+        var identity: FileIdentity? = nil
+    }
+
+    /// Lines of "address perms offset dev inode [path]"; the path starts at the first non-blank
+    /// after the fifth field and may contain spaces. Parsed on bytes: a Swift process maps
+    /// hundreds of regions and this runs on every integrity check.
+    static func regions(_ maps: String) -> [Region] {
+        var regions: [Region] = []
+        let bytes = Array(maps.utf8)
+        var lineStart = 0
+        while lineStart < bytes.count {
+            var lineEnd = lineStart
+            while lineEnd < bytes.count && bytes[lineEnd] != UInt8(ascii: "\n") { lineEnd += 1 }
+            var index = lineStart
+            var fieldStarts: [Int] = []
+            while index < lineEnd && fieldStarts.count < 6 {
+                while index < lineEnd && bytes[index] == UInt8(ascii: " ") { index += 1 }
+                if index < lineEnd { fieldStarts.append(index) }
+                if fieldStarts.count == 6 { break }
+                while index < lineEnd && bytes[index] != UInt8(ascii: " ") { index += 1 }
+            }
+            if fieldStarts.count >= 5 {
+                var permissionsEnd = fieldStarts[1]
+                while permissionsEnd < lineEnd && bytes[permissionsEnd] != UInt8(ascii: " ") { permissionsEnd += 1 }
+                let permissions = String(decoding: bytes[fieldStarts[1]..<permissionsEnd], as: UTF8.self)
+                let path = fieldStarts.count == 6 ? String(decoding: bytes[fieldStarts[5]..<lineEnd], as: UTF8.self) : ""
+                regions.append(Region(permissions: permissions, path: path, identity: path.hasPrefix("/") ? identity(bytes, fieldStarts) : nil))
+            }
+            lineStart = lineEnd + 1
+        }
+        return regions
+    }
+
+    private static func identity(_ bytes: [UInt8], _ fieldStarts: [Int]) -> FileIdentity? {
+        func field(_ number: Int) -> String {
+            var end = fieldStarts[number]
+            while end < bytes.count && bytes[end] != UInt8(ascii: " ") { end += 1 }
+            return String(decoding: bytes[fieldStarts[number]..<end], as: UTF8.self)
+        }
+        let device = field(3).split(separator: ":").compactMap { UInt32($0, radix: 16) }
+        guard device.count == 2, let inode = UInt64(field(4)) else { return nil }
+        // glibc's makedev encoding (a macro Swift cannot call).
+        let major = UInt64(device[0]), minor = UInt64(device[1])
+        let encoded = ((major & 0xFFFF_F000) << 32) | ((major & 0xFFF) << 8) | ((minor & 0xFFFF_FF00) << 12) | (minor & 0xFF)
+        return FileIdentity(device: encoded, inode: inode)
+    }
+
+    static func mappedFiles(_ regions: [Region]) -> Set<String> {
+        Set(regions.map(\.path).filter { $0.hasPrefix("/") })
+    }
+}

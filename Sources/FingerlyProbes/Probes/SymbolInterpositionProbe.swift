@@ -1,0 +1,34 @@
+import CFingerlyShims
+import FingerlyHost
+import FingerlyModel
+
+/// Calls to sensitive functions that do not reach the library defining them: an LD_PRELOAD or
+/// ld.so.preload object interposed itself. dladdr names the object the call really reaches.
+package struct SymbolInterpositionProbe: Probe {
+    package let id = "symbol-interposition"
+    static let libc = ("libc.so.6", ["open", "openat", "read", "fopen", "connect", "getenv", "ptrace", "dlsym", "write", "readlink"])
+    /// Checked only when libssl is loaded in this process.
+    static let libssl = ("libssl.so.3", ["SSL_write", "SSL_read", "SSL_write_ex", "SSL_read_ex"])
+
+    package func collect(into context: ProbeContext) throws(ProbeFailure) {
+        guard context.host.isLiveHost else { throw ProbeFailure(.skipped, "inspects this process's symbol bindings; a root tree has none") }
+        var interposed: [String] = []
+        for (library, symbols) in [Self.libc, Self.libssl] {
+            for symbol in symbols {
+                if let culprit = Self.interposer(of: symbol, in: library) { interposed.append("\(symbol) -> \(culprit)") }
+            }
+        }
+        context.emit("loader.interposed_symbols", interposed)
+    }
+
+    /// The object that global lookups of `symbol` reach when it is not `library` itself.
+    static func interposer(of symbol: String, in library: String) -> String? {
+        var address: UnsafeRawPointer?
+        var global = [CChar](repeating: 0, count: 1024)
+        var inside = [CChar](repeating: 0, count: 1024)
+        let same = fingerly_symbol_origin(symbol, library, &address, &global, global.count, &inside, inside.count)
+        guard same == 0 else { return nil }
+        let path = String(decoding: global.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return path.isEmpty ? "an unnamed mapping" : path
+    }
+}
