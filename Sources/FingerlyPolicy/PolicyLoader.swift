@@ -51,7 +51,7 @@ package struct PolicyLoader {
         do {
             document = try JSONParser.parse(bytes)
         } catch {
-            throw fail(nil, nil, "not valid JSON (\(error))")
+            throw fail(error.path, nil, "not valid JSON: \(error.message) at byte \(error.offset)")
         }
         guard case .object(let top) = document else { throw fail(nil, nil, "the document must be a JSON object") }
 

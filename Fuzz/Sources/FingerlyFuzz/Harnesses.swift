@@ -28,9 +28,14 @@ enum Harnesses {
     private static let loader = PolicyLoader(catalogue: .embedded, tables: .embedded)
 
     static func json(_ bytes: [UInt8]) {
-        guard let value = try? JSONParser.parse(bytes) else { return }
-        _ = value.signalValue
-        _ = value.isScalar
+        do {
+            let value = try JSONParser.parse(bytes)
+            _ = value.signalValue
+            _ = value.isScalar
+        } catch {
+            // The error quotes member names of any length and content back in its path.
+            _ = error.description
+        }
     }
 
     static func policy(_ bytes: [UInt8]) {
