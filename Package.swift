@@ -49,6 +49,8 @@ let package = Package(
             dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
                            "FingerlyIdentifyCommand", "CUdev", "CBlkid"]
         ),
+        // Only what an application sees: `import Fingerly`, no @testable.
+        .testTarget(name: "FingerlyExampleTests", dependencies: ["Fingerly"]),
     ],
     swiftLanguageModes: [.v6]
 )

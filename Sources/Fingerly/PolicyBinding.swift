@@ -1,3 +1,4 @@
+import FoundationEssentials
 import FingerlyHost
 import FingerlyModel
 import FingerlyPolicy
@@ -13,6 +14,10 @@ extension PolicyVocabulary {
 }
 
 extension PolicyLoader {
+    package func load(_ data: Data, source: String) throws(PolicyError) -> Policy {
+        try load(Array(data), source: source)
+    }
+
     package init(catalogue: ProbeCatalogue, tables: DetectionTables) {
         self.init(vocabulary: PolicyVocabulary(catalogue: catalogue, tables: tables))
     }

@@ -140,9 +140,6 @@ extension ScheduledProbe {
     }
 }
 
-extension SourceIssue: CustomStringConvertible {
-    public var description: String { "\(path): \(status.rawValue) (\(detail))" }
-}
 
 extension Double {
     var roundedToMicroseconds: Double { (self * 1000).rounded() / 1000 }

@@ -2,8 +2,11 @@ import FoundationEssentials
 
 /// A source that failed inside an otherwise successful probe, kept so nothing is lost silently.
 public struct SourceIssue: Sendable, Codable, Hashable {
+    /// The host path (or signal name) that failed.
     public let path: String
+    /// How reading it ended.
     public let status: ProbeStatus
+    /// Why, for people.
     public let detail: String
 
     package init(path: String, status: ProbeStatus, detail: String) {
@@ -13,16 +16,26 @@ public struct SourceIssue: Sendable, Codable, Hashable {
     }
 }
 
+extension SourceIssue: CustomStringConvertible {
+    /// The path, the status and the detail on one line.
+    public var description: String { "\(path): \(status.rawValue) (\(detail))" }
+}
+
 /// One probe's entry in the report.
 public struct ProbeEntry: Sendable, Codable, Hashable {
+    /// The probe's catalogue id.
     public let id: String
+    /// The tier it ran in.
     public let tier: Tier
+    /// How it ended.
     public let status: ProbeStatus
+    /// How long it ran, in milliseconds.
     public let durationMs: Double
     /// Why the probe did not end `ok`, or why it was skipped.
     public let detail: String?
     /// Sources inside the probe that could not be read, with their status.
     public let issues: [SourceIssue]
+    /// What it reported, by dotted signal name (`dmi.sys_vendor`).
     public let signals: [String: SignalValue]
     /// Hashed values this probe offered to the stable identifiers.
     public let identityComponents: [IdentityComponent]
@@ -41,26 +54,37 @@ public struct ProbeEntry: Sendable, Codable, Hashable {
 
 /// Everything collected in one run. This is what a submission sends.
 public struct SignalReport: Sendable, Codable, Hashable {
-    public static let currentSchemaVersion = 1
+    /// The schema this library writes. 2: the result's `triggers` are objects, `state` is
+    /// enriched/local/unavailable/collected, `suspectLevel` has no `none`, `visitorConfidence`
+    /// is an integer, an integrity result lists its four verdicts at the top level.
+    public static let currentSchemaVersion = 2
 
+    /// The schema the report was written in.
     public let schemaVersion: Int
+    /// The library version that collected it.
     public let collectorVersion: String
+    /// When the collection ended.
     public let collectedAt: Date
+    /// The caller's label for the request.
     public let tag: String?
     /// The root prefix the host was read through; "/" for the live host.
     public let root: String
+    /// The tiers that ran.
     public let tiers: [Tier]
+    /// The wall-clock budget, in milliseconds.
     public let budgetMs: Int
+    /// How long the collection took, in milliseconds.
     public let elapsedMs: Double
+    /// Every probe of the catalogue that was asked for, in catalogue order.
     public let probes: [ProbeEntry]
     /// hardwareId and instanceId, derived from the probes' identity components.
     public let identity: HostIdentity
     /// The key behind every hash and fingerprint in this report: identifiers of two reports
     /// can only be compared when both name the same keying (and, short of the API key, come
     /// from one installation).
-    public var identifierKeying: IdentifierKeying?
+    public let identifierKeying: IdentifierKeying?
     /// Whether free text that can name a person is in clear or fingerprinted.
-    public var freeText: FreeTextHandling?
+    public let freeText: FreeTextHandling?
 
     /// Signals of every probe that produced any, by their dotted names.
     public var signals: [String: SignalValue] {

@@ -1,8 +1,12 @@
 /// A typed signal value. Encoded as the bare JSON value so reports stay easy to read.
 public enum SignalValue: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// A flag.
     case bool(Bool)
+    /// A count, size or id.
     case int(Int)
+    /// Text, or a keyed hash for identifiers.
     case string(String)
+    /// A list of texts.
     case strings([String])
 
     public init(from decoder: any Decoder) throws {
@@ -55,6 +59,7 @@ public enum Tier: String, Sendable, Codable, Hashable, CaseIterable, Comparable 
     /// Heavier work that must never delay the fast tier.
     case deferred
 
+    /// The fast tier sorts first.
     public static func < (lhs: Tier, rhs: Tier) -> Bool {
         lhs == .fast && rhs == .deferred
     }
@@ -62,6 +67,9 @@ public enum Tier: String, Sendable, Codable, Hashable, CaseIterable, Comparable 
 
 /// How a probe run ended.
 public enum ProbeStatus: String, Sendable, Codable, Hashable {
+    /// `ok`: ran and reported; `absent`: its sources do not exist here; `denied`: a source was
+    /// not readable (EACCES, EPERM); `malformed`: a source did not parse; `error`: another failure;
+    /// `timeout`: abandoned at its timeout or the budget; `skipped`: not run, by request.
     case ok, absent, denied, malformed, error, timeout, skipped
 
     /// A status that means evidence existed but could not be read.

@@ -2,9 +2,15 @@ import FoundationEssentials
 
 /// How sure a verdict is.
 public enum Confidence: String, Sendable, Codable, Hashable, Comparable, CaseIterable {
-    case low, medium, high
+    /// One weak sign, or evidence that was partly missing.
+    case low
+    /// A clear sign with a known benign cause, or two weak ones.
+    case medium
+    /// Direct evidence.
+    case high
 
     var rank: Int { Confidence.allCases.firstIndex(of: self)! }
+    /// Orders low, medium, high.
     public static func < (lhs: Confidence, rhs: Confidence) -> Bool { lhs.rank < rhs.rank }
 
     package var raised: Confidence { self == .low ? .medium : .high }
@@ -12,14 +18,33 @@ public enum Confidence: String, Sendable, Codable, Hashable, Comparable, CaseIte
 
 /// The verdicts a policy decides, in report order.
 public enum VerdictName: String, Sendable, Codable, Hashable, CaseIterable, CodingKeyRepresentable {
-    case virtualization, container, debugger, instrumentation, tampering, mitm, proxy, automation, farm
+    /// Runs in a virtual machine.
+    case virtualization
+    /// Runs in a container.
+    case container
+    /// A debugger or tracer is attached.
+    case debugger
+    /// An instrumentation framework is present.
+    case instrumentation
+    /// The process or its libraries were modified.
+    case tampering
+    /// TLS traffic can be intercepted.
+    case mitm
+    /// Traffic goes through a proxy.
+    case proxy
+    /// The session is automated.
+    case automation
+    /// The host looks like one of many identical ones.
+    case farm
 }
 
 /// One piece of evidence behind a verdict.
 public struct Reason: Sendable, Codable, Hashable {
     /// Stable code: the policy rule id.
     public let code: String
+    /// The rule's sentence with the values it quotes, escaped and bounded.
     public let message: String
+    /// How strong this reason alone is.
     public let confidence: Confidence
 
     package init(code: String, message: String, confidence: Confidence) {
@@ -31,8 +56,11 @@ public struct Reason: Sendable, Codable, Hashable {
 
 /// Evidence a verdict could not see because a probe failed, said rather than hidden.
 public struct MissingEvidence: Sendable, Codable, Hashable {
+    /// The id of the probe whose evidence is missing.
     public let probe: String
+    /// How that probe, or the source it could not read, ended.
     public let status: ProbeStatus
+    /// What could not be seen, for people.
     public let message: String
 
     package init(probe: String, status: ProbeStatus, message: String) {
@@ -44,17 +72,20 @@ public struct MissingEvidence: Sendable, Codable, Hashable {
 
 /// A local decision about this host or process.
 public struct Verdict: Sendable, Codable, Hashable {
+    /// Whether the condition holds.
     public let value: Bool
     /// For a true verdict, how strong the evidence is. For a false one: `medium` when every
     /// probe the rules rely on ran, `low` when some of their evidence was missing.
     public let confidence: Confidence
     /// What was found (`kvm`, `docker`…), when the evidence names it.
     public let kind: String?
+    /// The evidence, one reason a rule that fired, in policy order.
     public let reasons: [Reason]
     /// Reasons of rules that fired but were left out to keep the verdict's reasons within
     /// `VerdictEngine.verdictReasonBudget`; nil when none were. The value and confidence
     /// still count every rule that fired.
     public let reasonsOmitted: Int?
+    /// Probes whose evidence this verdict could not see.
     public let missingEvidence: [MissingEvidence]
 
     package init(value: Bool, confidence: Confidence, kind: String?, reasons: [Reason], reasonsOmitted: Int? = nil,
@@ -71,23 +102,23 @@ public struct Verdict: Sendable, Codable, Hashable {
 /// Every verdict of a full run, one property each. Encoded as a JSON object keyed by verdict name.
 public struct Verdicts: Sendable, Hashable, Codable {
     /// Whether this process runs in a virtual machine.
-    public var virtualization: Verdict
+    public let virtualization: Verdict
     /// Whether it runs in a container.
-    public var container: Verdict
+    public let container: Verdict
     /// Whether a debugger or tracer is attached.
-    public var debugger: Verdict
+    public let debugger: Verdict
     /// Whether an instrumentation framework (Frida, valgrind, a hooking library) is present.
-    public var instrumentation: Verdict
+    public let instrumentation: Verdict
     /// Whether the process or its libraries were modified (preloads, interposed symbols, patched code).
-    public var tampering: Verdict
+    public let tampering: Verdict
     /// Whether TLS traffic can be intercepted (an interception CA, a failed pin).
-    public var mitm: Verdict
+    public let mitm: Verdict
     /// Whether traffic goes through a proxy.
-    public var proxy: Verdict
+    public let proxy: Verdict
     /// Whether the session is automated (CI, a virtual display, input injection).
-    public var automation: Verdict
+    public let automation: Verdict
     /// Whether the host looks like one of many identical ones (a device farm, a cloned image).
-    public var farm: Verdict
+    public let farm: Verdict
 
     /// Verdicts by name; a name the engine did not decide is false with low confidence, as
     /// nothing was evaluated for it.
@@ -106,31 +137,16 @@ public struct Verdicts: Sendable, Hashable, Codable {
 
     /// The verdict of that name.
     public subscript(name: VerdictName) -> Verdict {
-        get {
-            switch name {
-            case .virtualization: virtualization
-            case .container: container
-            case .debugger: debugger
-            case .instrumentation: instrumentation
-            case .tampering: tampering
-            case .mitm: mitm
-            case .proxy: proxy
-            case .automation: automation
-            case .farm: farm
-            }
-        }
-        set {
-            switch name {
-            case .virtualization: virtualization = newValue
-            case .container: container = newValue
-            case .debugger: debugger = newValue
-            case .instrumentation: instrumentation = newValue
-            case .tampering: tampering = newValue
-            case .mitm: mitm = newValue
-            case .proxy: proxy = newValue
-            case .automation: automation = newValue
-            case .farm: farm = newValue
-            }
+        switch name {
+        case .virtualization: virtualization
+        case .container: container
+        case .debugger: debugger
+        case .instrumentation: instrumentation
+        case .tampering: tampering
+        case .mitm: mitm
+        case .proxy: proxy
+        case .automation: automation
+        case .farm: farm
         }
     }
 
@@ -139,6 +155,7 @@ public struct Verdicts: Sendable, Hashable, Codable {
         Dictionary(uniqueKeysWithValues: VerdictName.allCases.map { ($0, self[$0]) })
     }
 
+    /// Decodes the object keyed by verdict name; every verdict must be there.
     public init(from decoder: any Decoder) throws {
         let byName = try [VerdictName: Verdict](from: decoder)
         if let missing = VerdictName.allCases.first(where: { byName[$0] == nil }) {
@@ -148,6 +165,7 @@ public struct Verdicts: Sendable, Hashable, Codable {
         self.init(byName)
     }
 
+    /// Encodes an object keyed by verdict name.
     public func encode(to encoder: any Encoder) throws {
         try byName.encode(to: encoder)
     }

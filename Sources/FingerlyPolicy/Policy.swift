@@ -1,4 +1,3 @@
-import FoundationEssentials
 import FingerlyModel
 
 /// A parsed, validated verdict policy (`policies/default.json` or `--policy FILE`).

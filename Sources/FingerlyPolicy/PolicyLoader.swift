@@ -1,4 +1,3 @@
-import FoundationEssentials
 import FingerlyModel
 
 /// Validates a policy document against the catalogue: every rule must name known signals,
@@ -37,10 +36,6 @@ package struct PolicyLoader {
         if text.utf8.count > ruleIdByteLimit { return "'\(quoted(text))' is longer than \(ruleIdByteLimit) bytes" }
         if text.unicodeScalars.contains(where: { BoundedText.escape($0) != nil }) { return "'\(quoted(text))' contains control characters" }
         return nil
-    }
-
-    package func load(_ data: Data, source: String) throws(PolicyError) -> Policy {
-        try load(Array(data), source: source)
     }
 
     package func load(_ bytes: [UInt8], source: String) throws(PolicyError) -> Policy {

@@ -24,6 +24,11 @@ import Testing
         }
     }
 
+    @Test func everyPublicDeclarationHasADocComment() throws {
+        let output = try runProcess("/bin/bash", [TestPaths.packageRoot + "/scripts/public-api", "--undocumented"])
+        #expect(output.status == 0, "public declarations without a doc comment:\n\(output.standardOutput)\(output.standardError)")
+    }
+
     @Test func checkReportsADifferenceAsADiff() throws {
         // A list with one declaration removed must fail the check and name that declaration, or the
         // test above could pass while comparing nothing.

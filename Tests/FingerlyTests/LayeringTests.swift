@@ -1,0 +1,79 @@
+import Foundation
+import Testing
+
+/// The layers are targets, so the compiler keeps them apart; this checks that the target graph and
+/// the imports say what the layers promise: the policy engine reads no file and knows no probe, a
+/// probe cannot reach the policy engine or the CLI.
+@Suite struct LayeringTests {
+    private struct Manifest: Decodable {
+        struct Target: Decodable {
+            let name: String
+            let dependencies: [[String: [String?]]]
+            var dependencyNames: [String] { dependencies.compactMap { $0.values.first?.first ?? nil } }
+        }
+        let targets: [Target]
+    }
+
+    private static func targetGraph() throws -> [String: Set<String>] {
+        // A scratch path of its own: the default one is locked by the `swift test` running this.
+        let scratch = try TestPaths.temporaryDirectory("dump-package")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let run = try runProcess("/usr/bin/env", ["swift", "package", "--package-path", TestPaths.packageRoot,
+                                                  "--scratch-path", scratch, "dump-package"], timeout: 120)
+        #expect(run.status == 0, "\(run.standardError)")
+        let manifest = try JSONDecoder().decode(Manifest.self, from: Data(run.standardOutput.utf8))
+        return Dictionary(uniqueKeysWithValues: manifest.targets.map { ($0.name, Set($0.dependencyNames)) })
+    }
+
+    private static func closure(of target: String, in graph: [String: Set<String>]) -> Set<String> {
+        var seen: Set<String> = []
+        var pending = Array(graph[target] ?? [])
+        while let next = pending.popLast() {
+            if seen.insert(next).inserted { pending += graph[next] ?? [] }
+        }
+        return seen
+    }
+
+    /// Modules named by `import` lines of a target's sources.
+    private static func imports(of target: String) throws -> Set<String> {
+        let directory = TestPaths.packageRoot + "/Sources/" + target
+        let files = try #require(FileManager.default.enumerator(atPath: directory)?.allObjects as? [String])
+        var modules: Set<String> = []
+        for file in files where file.hasSuffix(".swift") {
+            let text = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
+            for line in text.split(separator: "\n") {
+                let words = line.split(separator: " ").filter { !$0.hasPrefix("@") }
+                if words.first == "import", words.count >= 2 { modules.insert(String(words[1])) }
+            }
+        }
+        return modules
+    }
+
+    @Test func thePolicyEngineDependsOnTheModelAlone() throws {
+        let graph = try Self.targetGraph()
+        #expect(Self.closure(of: "FingerlyPolicy", in: graph) == ["FingerlyModel"])
+        #expect(Self.closure(of: "FingerlyModel", in: graph).isEmpty)
+        // Not even Foundation or Glibc: nothing there could open a file.
+        #expect(try Self.imports(of: "FingerlyPolicy") == ["FingerlyModel"])
+        #expect(try Self.imports(of: "FingerlyModel") == ["FoundationEssentials"])
+    }
+
+    @Test func aProbeCannotReachThePolicyEngineOrTheCommandLine() throws {
+        let graph = try Self.targetGraph()
+        let reachable = Self.closure(of: "FingerlyProbes", in: graph)
+        #expect(reachable.isDisjoint(with: ["FingerlyPolicy", "Fingerly", "FingerlyIdentifyCommand", "fingerly-identify"]), "\(reachable)")
+        #expect(try Self.imports(of: "FingerlyProbes").isDisjoint(with: ["FingerlyPolicy", "Fingerly", "FingerlyIdentifyCommand"]))
+        let host = Self.closure(of: "FingerlyHost", in: graph)
+        #expect(host.isDisjoint(with: ["FingerlyProbes", "FingerlyPolicy", "Fingerly", "FingerlyModel"]), "\(host)")
+    }
+
+    @Test func everyTargetImportsOnlyWhatItDependsOn() throws {
+        let graph = try Self.targetGraph()
+        let system: Set<String> = ["FoundationEssentials", "Foundation", "Glibc", "Musl", "Dispatch", "Synchronization"]
+        for target in ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "Fingerly", "FingerlyIdentifyCommand"] {
+            let allowed = Self.closure(of: target, in: graph).union(system)
+            let stray = try Self.imports(of: target).subtracting(allowed)
+            #expect(stray.isEmpty, "\(target) imports \(stray.sorted()) without depending on it")
+        }
+    }
+}
