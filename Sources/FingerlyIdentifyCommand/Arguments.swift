@@ -3,10 +3,10 @@ import FingerlyPolicy
 import FingerlyProbes
 
 /// A bad command line; printed with a pointer to `--help` and exit code 64.
-public struct UsageError: Error, Equatable, CustomStringConvertible {
-    public let message: String
-    public init(_ message: String) { self.message = message }
-    public var description: String { message }
+package struct UsageError: Error, Equatable, CustomStringConvertible {
+    package let message: String
+    package init(_ message: String) { self.message = message }
+    package var description: String { message }
 }
 
 /// A deliberately small parser: `--flag`, `--option value`, `--option=value`, and positional

@@ -1,7 +1,7 @@
 import Fingerly
 
 /// Exit statuses, following sysexits(3) where one fits.
-public enum ExitCode: Int32, Sendable {
+package enum ExitCode: Int32, Sendable {
     case success = 0
     /// A `--fail-on` verdict matched.
     case failOnMatched = 3
@@ -33,13 +33,13 @@ public enum ExitCode: Int32, Sendable {
 }
 
 /// Where a command writes. Tests pass buffers; the executable passes the real streams.
-public struct CommandIO: Sendable {
-    public var standardOutput: @Sendable (String) -> Void
-    public var standardError: @Sendable (String) -> Void
-    public var environment: [String: String]
-    public var outputIsTerminal: Bool
+package struct CommandIO: Sendable {
+    package var standardOutput: @Sendable (String) -> Void
+    package var standardError: @Sendable (String) -> Void
+    package var environment: [String: String]
+    package var outputIsTerminal: Bool
 
-    public init(standardOutput: @escaping @Sendable (String) -> Void, standardError: @escaping @Sendable (String) -> Void,
+    package init(standardOutput: @escaping @Sendable (String) -> Void, standardError: @escaping @Sendable (String) -> Void,
                 environment: [String: String], outputIsTerminal: Bool) {
         self.standardOutput = standardOutput
         self.standardError = standardError

@@ -7,8 +7,8 @@ import FingerlyPolicy
 import FingerlyProbes
 
 /// The whole command line, callable from tests: returns the exit status instead of exiting.
-public enum FingerlyIdentify {
-    public static let help = """
+package enum FingerlyIdentify {
+    package static let help = """
         USAGE: fingerly-identify --no-submit [options]
                fingerly-identify integrity [--tiers LIST] [--fail-on LIST] [--json] [--repeat N] [--concurrency N]
                fingerly-identify probes [--json]
@@ -72,7 +72,7 @@ public enum FingerlyIdentify {
 
         """
 
-    public static func main(_ arguments: [String], io: CommandIO) async -> Int32 {
+    package static func main(_ arguments: [String], io: CommandIO) async -> Int32 {
         do throws(UsageError) {
             if arguments.first == "probes" {
                 let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: ProbesCommand.flags, options: [])
@@ -97,7 +97,7 @@ public enum FingerlyIdentify {
     }
 
     /// The real process: real streams and environment.
-    public static func main() async -> Int32 {
+    package static func main() async -> Int32 {
         var environment: [String: String] = [:]
         var pointer = environ
         while let entry = pointer.pointee {
