@@ -28,7 +28,7 @@ package struct ContainerRuntimeProbe: Probe {
             // In a cgroup namespace a process sees its own cgroup as the root: "0::/" for a
             // process that is not init is what a private cgroup namespace looks like.
             if path == "/proc/self/cgroup" { cgroupNamespace = cgroups.trimmingWhitespace() == "0::/" }
-            for row in tables.cgroupMarkers where cgroups.contains(row.pattern) && !cgroupKinds.contains(row.kind) {
+            for row in tables.patterns("cgroupMarkers") where cgroups.contains(row.pattern) && !cgroupKinds.contains(row.kind) {
                 cgroupKinds.append(row.kind)
             }
         }

@@ -20,14 +20,14 @@ package struct ProcessScanProbe: Probe {
         for pid in entries {
             // Processes come and go while we look: a vanished one is simply skipped.
             guard let comm = try? host.readAttribute("/proc/\(pid)/comm") else { continue }
-            if context.tables.virtualDisplayProcesses.contains(comm) {
+            if context.tables.strings("virtualDisplayProcesses").contains(comm) {
                 displays.append("\(comm) (pid \(pid))")
             } else if comm == "Xorg" || comm == "X",
                       let commandLine = try? host.read("/proc/\(pid)/cmdline", limit: 16 * 1024),
                       String(decoding: commandLine, as: UTF8.self).lowercased().contains("dummy") {
                 displays.append("\(comm) with the dummy driver (pid \(pid))")
             }
-            if context.tables.inputInjectorProcesses.contains(comm) { injectors.append("\(comm) (pid \(pid))") }
+            if context.tables.strings("inputInjectorProcesses").contains(comm) { injectors.append("\(comm) (pid \(pid))") }
             do {
                 for fd in try host.listDirectory("/proc/\(pid)/fd") {
                     if (try? host.readLink("/proc/\(pid)/fd/\(fd)")) == "/dev/uinput" {

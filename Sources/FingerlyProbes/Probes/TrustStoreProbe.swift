@@ -152,7 +152,7 @@ package struct TrustStoreProbe: Probe {
                     impersonating.append("\(certificate.subject) (a packaged root's name with a different key)")
                 }
                 let names = (certificate.subject + " " + certificate.issuer).lowercased()
-                if let row = context.tables.interceptionCAs.first(where: { names.contains($0.pattern.lowercased()) }) {
+                if let row = context.tables.patterns("interceptionCAs").first(where: { names.contains($0.pattern.lowercased()) }) {
                     interception.append("\(row.product) (\(row.category)): \(context.personal(certificate.subject))")
                     if !products.contains(row.product) { products.append(row.product) }
                 }
