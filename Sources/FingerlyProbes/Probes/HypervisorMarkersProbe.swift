@@ -79,7 +79,7 @@ package struct HypervisorMarkersProbe: Probe {
                 context.emit("virt.clocksource_kind", kind)
             }
         }
-        let modules = (try? host.listDirectory("/sys/module")) ?? []
+        let modules = context.attemptIfPresent { () throws(HostReadError) in try host.listDirectory("/sys/module") } ?? []
         let drivers = tables.patterns("guestDrivers").filter { modules.contains($0.pattern) }
         if !drivers.isEmpty {
             context.emit("virt.guest_drivers", drivers.map(\.pattern))

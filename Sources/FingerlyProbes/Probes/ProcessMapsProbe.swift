@@ -31,9 +31,12 @@ package struct ProcessMapsProbe: Probe {
         let loaded = LoadedObjectsProbe.loadedObjects()
         var known: Set<FileIdentity> = []
         for object in loaded.objects {
-            var info = stat()
-            if stat(object.path == "[main]" ? "/proc/self/exe" : object.path, &info) == 0 {
-                known.insert(FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
+            // The vDSO and the like have a name but no file.
+            let path = object.path == "[main]" ? "/proc/self/exe" : object.path
+            guard path.hasPrefix("/") else { continue }
+            // A library replaced on disk since it was loaded is gone: nothing to compare, no failure.
+            if let status = context.attemptIfPresent({ () throws(HostReadError) in try host.status(path) }) {
+                known.insert(FileIdentity(device: status.device, inode: status.inode))
             }
         }
         var unloaded: [String] = []
