@@ -6,6 +6,7 @@
 #include <linux/openat2.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -162,5 +163,7 @@ int fingerly_status_fd(int fd, fingerly_file_status *out) {
     out->size = info.stx_size;
     out->modified_seconds = info.stx_mtime.tv_sec;
     out->birth_seconds = (info.stx_mask & STATX_BTIME) && info.stx_btime.tv_sec > 0 ? info.stx_btime.tv_sec : -1;
+    out->device = makedev(info.stx_dev_major, info.stx_dev_minor);
+    out->inode = info.stx_ino;
     return 0;
 }

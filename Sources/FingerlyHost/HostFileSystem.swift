@@ -299,6 +299,19 @@ package struct HostFileSystem: Sendable {
         return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
+    /// The target of a symbolic link, or nil when nothing is there or it is not a link: readlink
+    /// says EINVAL for those, an answer where a path may or may not be a link, not a failure.
+    package func linkTarget(_ path: String) throws(HostReadError) -> String? {
+        do {
+            return try readLink(path)
+        } catch where error.failure == .absent {
+            return nil
+        } catch {
+            guard try status(path, followFinalLink: false).isSymbolicLink else { return nil }
+            throw error
+        }
+    }
+
     /// Names in a directory, without "." and "..", sorted for stable output; at most
     /// `directoryEntryLimit` of them.
     package func listDirectory(_ path: String) throws(HostReadError) -> [String] {
@@ -333,6 +346,9 @@ package struct HostFileSystem: Sendable {
     /// Whether anything exists at the path (without following a final symlink).
     package func exists(_ path: String) -> Bool {
         log?.record(path)
+        // try? justified: a yes/no question. An O_PATH open fails only when the path is missing or a
+        // directory on the way cannot be searched, and either way nothing is visible there; a
+        // caller that must tell denied from absent asks `status`, which throws.
         guard let fd = try? openDescriptor(path, flags: fingerlyOpenPath, followFinalLink: false) else { return false }
         close(fd)
         return true
@@ -410,6 +426,9 @@ package struct FileStatus: Sendable, Hashable {
     let size: UInt64
     package let modifiedSeconds: Int64
     package let birthSeconds: Int64?
+    /// st_dev as stat(2) encodes it, and st_ino.
+    package let device: UInt64
+    package let inode: UInt64
 
     package init(_ raw: fingerly_file_status) {
         mode = raw.mode
@@ -417,11 +436,14 @@ package struct FileStatus: Sendable, Hashable {
         size = raw.size
         modifiedSeconds = raw.modified_seconds
         birthSeconds = raw.birth_seconds < 0 ? nil : raw.birth_seconds
+        device = raw.device
+        inode = raw.inode
     }
 
     private var type: UInt32 { mode & UInt32(S_IFMT) }
     var isRegularFile: Bool { type == UInt32(S_IFREG) }
     var isDirectory: Bool { type == UInt32(S_IFDIR) }
+    var isSymbolicLink: Bool { type == UInt32(S_IFLNK) }
     var isBlockDevice: Bool { type == UInt32(S_IFBLK) }
     var isCharacterDevice: Bool { type == UInt32(S_IFCHR) }
     package var isWorldReadable: Bool { mode & UInt32(S_IROTH) != 0 }

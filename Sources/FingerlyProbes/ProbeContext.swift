@@ -5,7 +5,7 @@ import FingerlyModel
 /// and the signals it has emitted so far. Used by one probe on one thread, never shared.
 package final class ProbeContext {
     let host: HostFileSystem
-    let tables: DetectionTables
+    let detectionTables: DetectionTables
     /// TLS endpoints the caller asked to check (--check-tls).
     let pinChecks: [TLSPinCheck]
     /// When the scheduler abandons this probe (monotonic ms): work that can wait on the network
@@ -22,7 +22,7 @@ package final class ProbeContext {
     package init(host: HostFileSystem, tables: DetectionTables, filter: AttributeFilter, hasher: IdentifierHasher,
          pinChecks: [TLSPinCheck] = []) {
         self.host = host
-        self.tables = tables
+        self.detectionTables = tables
         self.pinChecks = pinChecks
         self.filter = filter
         self.hasher = hasher
@@ -152,6 +152,14 @@ package final class ProbeContext {
         issues.append(SourceIssue(path: hasher.personalPaths(error.path).truncatedToUTF8(Self.stringValueByteLimit),
                                   status: ProbeStatus(error.failure),
                                   detail: hasher.personalPaths(error.detail).truncatedToUTF8(Self.stringValueByteLimit)))
+    }
+
+    /// A detection table a probe asked for is missing or of another shape: once per table, as
+    /// the probe may ask inside a loop.
+    func recordTableProblem(_ name: String, _ detail: String) {
+        let path = "detection-tables.json#" + name
+        guard !issues.contains(where: { $0.path == path }) else { return }
+        record(HostReadError(.error, path: path, detail: detail))
     }
 
     func recordMalformed(_ path: String, _ detail: String) {

@@ -179,8 +179,8 @@ import Testing
 
     // MARK: NIC vendors
 
-    @Test func nicVendorClassesNameVirtualNICsAndNothingElse() {
-        let table = DetectionTables.embedded.nicVendorClasses
+    @Test func nicVendorClassesNameVirtualNICsAndNothingElse() throws {
+        let table = try #require(DetectionTables.embedded.mapping("nicVendorClasses"))
         #expect(NetworkInterfacesProbe.vendorClass(of: "52:54:00:12:34:56", table: table) == "qemu")
         #expect(NetworkInterfacesProbe.vendorClass(of: "00:50:56:aa:bb:cc", table: table) == "vmware")
         #expect(NetworkInterfacesProbe.vendorClass(of: "08:00:27:aa:bb:cc", table: table) == "virtualbox")

@@ -30,6 +30,9 @@ typedef struct {
     int64_t modified_seconds;
     /// -1 when the filesystem keeps no birth time.
     int64_t birth_seconds;
+    /// st_dev as stat(2) encodes it (makedev), and st_ino: a file's identity.
+    uint64_t device;
+    uint64_t inode;
 } fingerly_file_status;
 
 /// O_PATH, which Swift's Glibc module does not declare (it is behind _GNU_SOURCE).

@@ -72,16 +72,16 @@ package protocol DeviceInventory {
 }
 
 package enum DeviceInventories {
-    static func make(for host: HostFileSystem) -> any DeviceInventory {
+    static func make(for host: HostFileSystem, recordFailure: @escaping (HostReadError) -> Void = { _ in }) -> any DeviceInventory {
         if host.isLiveHost, let udev = UdevInventory(host: host) { return udev }
-        return SysfsInventory(host: host)
+        return SysfsInventory(host: host, recordFailure: recordFailure)
     }
 }
 
 extension ProbeContext {
     /// Opens the device inventory and says in the probe's entry where the data came from.
     func deviceInventory() -> any DeviceInventory {
-        let inventory = DeviceInventories.make(for: host)
+        let inventory = DeviceInventories.make(for: host) { [weak self] error in self?.record(error) }
         if let note = inventory.source.note { self.note(note) }
         return inventory
     }

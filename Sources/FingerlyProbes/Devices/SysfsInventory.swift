@@ -3,8 +3,10 @@ import FingerlyModel
 
 /// udev's database: one file per device under /run/udev/data, "E:KEY=value" lines for properties.
 package enum UdevDatabase {
-    static func properties(of id: String, on host: HostFileSystem) -> [String: String] {
-        guard let text = try? host.readText("/run/udev/data/" + id, limit: 64 * 1024) else { return [:] }
+    /// A device without an entry is normal (udev keeps none for many, and containers have no
+    /// database at all): that throws `absent`, which callers take as no properties.
+    static func properties(of id: String, on host: HostFileSystem) throws(HostReadError) -> [String: String] {
+        let text = try host.readText("/run/udev/data/" + id, limit: 64 * 1024)
         var properties: [String: String] = [:]
         for line in text.split(separator: "\n") where line.hasPrefix("E:") {
             let entry = line.dropFirst(2)
@@ -19,6 +21,10 @@ package enum UdevDatabase {
 /// or an image with a saved /sys) is enumerated the way libudev enumerates the live host.
 package struct SysfsInventory: DeviceInventory {
     let host: HostFileSystem
+    /// Where a source that exists but could not be read goes (the probe's issues): a device
+    /// listed without an attribute it has must not look like a device without that attribute.
+    /// A missing attribute, uevent, link or database entry is normal and not reported.
+    var recordFailure: (HostReadError) -> Void = { _ in }
     package var source: DeviceSource { .sysfs }
 
     /// Buses list their devices under /sys/bus; classes under /sys/class.
@@ -39,7 +45,7 @@ package struct SysfsInventory: DeviceInventory {
             }
             var attributes: [String: String] = [:]
             for attribute in query.attributes {
-                if let value = try? host.readAttribute(path + "/" + attribute) { attributes[attribute] = value }
+                if let value = ifPresent({ () throws(HostReadError) in try host.readAttribute(path + "/" + attribute) }) { attributes[attribute] = value }
             }
             nodes.append(DeviceNode(path: path, subsystem: query.subsystem, sysname: name, devtype: devtype,
                                     driver: properties["DRIVER"] ?? linkName(path + "/driver"),
@@ -50,7 +56,7 @@ package struct SysfsInventory: DeviceInventory {
 
     /// The canonical /sys/devices path behind a class or bus symlink.
     func resolve(_ path: String) -> String {
-        guard let target = try? host.readLink(path) else { return path }
+        guard let target = ifPresent({ () throws(HostReadError) in try host.linkTarget(path) }) ?? nil else { return path }
         if target.hasPrefix("/") { return target }
         var components = path.split(separator: "/").dropLast().map(String.init)
         for part in target.split(separator: "/") {
@@ -60,11 +66,11 @@ package struct SysfsInventory: DeviceInventory {
     }
 
     private func linkName(_ path: String) -> String? {
-        (try? host.readLink(path)).flatMap { $0.split(separator: "/").last.map(String.init) }
+        (ifPresent { () throws(HostReadError) in try host.linkTarget(path) } ?? nil).flatMap { $0.split(separator: "/").last.map(String.init) }
     }
 
     private func uevent(_ path: String) -> [String: String] {
-        guard let text = try? host.readText(path + "/uevent", limit: 64 * 1024) else { return [:] }
+        guard let text = ifPresent({ () throws(HostReadError) in try host.readText(path + "/uevent", limit: 64 * 1024) }) else { return [:] }
         var properties: [String: String] = [:]
         for line in text.split(separator: "\n") {
             guard let equals = line.firstIndex(of: "=") else { continue }
@@ -84,7 +90,16 @@ package struct SysfsInventory: DeviceInventory {
         } else {
             id = "+" + subsystem + ":" + sysname
         }
-        return UdevDatabase.properties(of: id, on: host)
+        return ifPresent { () throws(HostReadError) in try UdevDatabase.properties(of: id, on: host) } ?? [:]
+    }
+
+    private func ifPresent<T>(_ read: () throws(HostReadError) -> T) -> T? {
+        do {
+            return try read()
+        } catch {
+            if error.failure != .absent { recordFailure(error) }
+            return nil
+        }
     }
 
     private func ancestors(of path: String) -> [DeviceAncestor] {

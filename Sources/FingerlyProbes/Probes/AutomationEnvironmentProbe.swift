@@ -17,7 +17,7 @@ package struct AutomationEnvironmentProbe: Probe {
         let ciDisabled = ["false", "0", "no"].contains(environment["CI"]?.lowercased() ?? "")
         var markers: [String] = []
         if !ciDisabled {
-            for row in context.tables.ciEnvironmentVariables {
+            for row in context.tables.patterns("ciEnvironmentVariables") {
                 if let value = environment[row.pattern], !value.isEmpty, value.lowercased() != "false" {
                     markers.append("\(row.pattern) (\(row.kind))")
                 }

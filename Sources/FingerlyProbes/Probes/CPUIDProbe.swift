@@ -23,8 +23,8 @@ package struct CPUIDProbe: Probe {
             context.emit("cpu.hypervisor_vendor", vendor)
             // Table keys keep the signature's own padding ("bhyve bhyve "), which the
             // normalised vendor has lost.
-            let kind = context.tables.cpuidHypervisorVendors[vendor]
-                ?? context.tables.cpuidHypervisorVendors.first { Self.normalised($0.key) == vendor }?.value
+            let kind = context.tables.mapping("cpuidHypervisorVendors")[vendor]
+                ?? context.tables.mapping("cpuidHypervisorVendors").first { Self.normalised($0.key) == vendor }?.value
             if let kind {
                 context.emit("cpu.hypervisor_kind", kind)
             }

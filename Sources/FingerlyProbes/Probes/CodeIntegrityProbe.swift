@@ -42,6 +42,8 @@ package struct CodeIntegrityProbe: Probe {
     static func functions() -> [(String, UnsafeRawPointer)] {
         var result: [(String, UnsafeRawPointer)] = []
         for (library, symbols) in [SymbolInterpositionProbe.libc, SymbolInterpositionProbe.libssl] {
+            // RTLD_NOLOAD opens no file: it finds a library already mapped, or answers nil. Not a
+            // host read, so it stays outside the host layer; a library not loaded is not an issue.
             guard let handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD) else { continue }
             defer { dlclose(handle) }
             for symbol in symbols {

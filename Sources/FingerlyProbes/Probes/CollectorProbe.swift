@@ -22,22 +22,34 @@ package struct CollectorStart: Sendable {
     /// nil when it could not be read; never read under a root prefix.
     let tracerPid: Int?
     let tracerComm: String?
+    /// Reads that failed: no probe context exists yet to record them, so they wait here for
+    /// the collector probe's entry.
+    var readFailures: [HostReadError] = []
 
     /// Raw system calls only (a preloaded hook cannot hide the tracer), and only on the live host:
     /// under a root prefix the collector's own tracer is not the tree's, and a file of the tree
     /// could block (a FIFO) where no timeout guards this read.
     package static func observe(_ host: HostFileSystem) -> CollectorStart {
         guard host.isLiveHost else { return CollectorStart(tracerPid: nil, tracerComm: nil) }
-        let status = try? host.readTextBypassingLibc("/proc/self/status", limit: 64 * 1024)
+        var failures: [HostReadError] = []
+        func read(_ path: String, limit: Int) -> String? {
+            do { return try host.readTextBypassingLibc(path, limit: limit) } catch {
+                // A tracer that exits between the two reads leaves no comm: gone, not hidden.
+                if error.failure != .absent || path == "/proc/self/status" { failures.append(error) }
+                return nil
+            }
+        }
+        let status = read("/proc/self/status", limit: 64 * 1024)
         let tracer = status.flatMap { ProcessContextProbe.field("TracerPid", in: $0) }.flatMap { Int($0) }.flatMap { $0 >= 0 ? $0 : nil }
         var comm: String?
         if let tracer, tracer > 0 {
-            comm = (try? host.readTextBypassingLibc("/proc/\(tracer)/comm", limit: 256))?.trimmingWhitespace()
+            comm = read("/proc/\(tracer)/comm", limit: 256)?.trimmingWhitespace()
         }
-        return CollectorStart(tracerPid: tracer, tracerComm: comm)
+        return CollectorStart(tracerPid: tracer, tracerComm: comm, readFailures: failures)
     }
 
     package func emit(into context: ProbeContext) {
+        readFailures.forEach(context.record)
         if let tracerPid { context.emit("collector.early_tracer_pid", tracerPid) }
         if let tracerComm, !tracerComm.isEmpty { context.emit("collector.early_tracer_comm", tracerComm) }
     }

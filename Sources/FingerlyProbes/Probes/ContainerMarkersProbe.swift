@@ -11,7 +11,7 @@ package struct ContainerMarkersProbe: Probe {
         var found: [String] = []
         var kind: String?
         // Table order ranks the markers: the first one present names the kind.
-        for marker in context.tables.containerMarkers where context.host.exists(marker.pattern) {
+        for marker in context.tables.patterns("containerMarkers") where context.host.exists(marker.pattern) {
             found.append(marker.pattern)
             var markerKind = marker.kind
             if Self.managerNameFiles.contains(marker.pattern),

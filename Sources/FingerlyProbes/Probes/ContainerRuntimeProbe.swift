@@ -28,7 +28,7 @@ package struct ContainerRuntimeProbe: Probe {
             // In a cgroup namespace a process sees its own cgroup as the root: "0::/" for a
             // process that is not init is what a private cgroup namespace looks like.
             if path == "/proc/self/cgroup" { cgroupNamespace = cgroups.trimmingWhitespace() == "0::/" }
-            for row in tables.cgroupMarkers where cgroups.contains(row.pattern) && !cgroupKinds.contains(row.kind) {
+            for row in tables.patterns("cgroupMarkers") where cgroups.contains(row.pattern) && !cgroupKinds.contains(row.kind) {
                 cgroupKinds.append(row.kind)
             }
         }
@@ -79,7 +79,7 @@ package struct ContainerRuntimeProbe: Probe {
             context.emit("container.platform_kind", "proot")
         }
         if host.exists("/.flatpak-info") { context.emit("container.sandbox_kind", "flatpak") }
-        if let environment = try? ProcessEnvironment.read(from: host) {
+        if let environment = context.attemptIfPresent({ () throws(HostReadError) in try ProcessEnvironment.read(from: host) }) {
             if environment["SNAP"] != nil && environment["SNAP_NAME"] != nil { context.emit("container.sandbox_kind", "snap") }
             if environment["WSL_DISTRO_NAME"] != nil || environment["WSL_INTEROP"] != nil { context.emit("container.wsl_environment", true) }
         }

@@ -35,7 +35,7 @@ package struct DMIProbe: Probe {
            let text = context.attempt({ () throws(HostReadError) in try host.readAttribute(Self.directory + "chassis_type") }) {
             if let number = Int(text) {
                 context.emit("dmi.chassis_type", number)
-                context.emit("dmi.chassis_kind", context.tables.chassisTypes[String(number)] ?? "unknown")
+                context.emit("dmi.chassis_kind", context.tables.mapping("chassisTypes")[String(number)] ?? "unknown")
             } else {
                 context.recordMalformed(Self.directory + "chassis_type", "not an SMBIOS chassis number")
             }
@@ -60,8 +60,8 @@ package struct DMIProbe: Probe {
 
         // The first table row that any vendor string matches wins, so the table's order ranks vendors.
         let product = attributes["product_name"] ?? ""
-        let bareMetalProduct = context.tables.bareMetalProductSuffixes.contains { Self.namesBareMetal(product, suffix: $0) }
-        for row in context.tables.dmiVendors where Self.matches(row, attributes) {
+        let bareMetalProduct = context.tables.strings("bareMetalProductSuffixes").contains { Self.namesBareMetal(product, suffix: $0) }
+        for row in context.tables.patterns("dmiVendors") where Self.matches(row, attributes) {
             // A cloud's bare-metal instance carries the cloud's strings but runs no hypervisor;
             // its firmware says so in the SMBIOS VM bit, and in the product name to those who
             // cannot read the raw table.
@@ -75,7 +75,7 @@ package struct DMIProbe: Probe {
         }
     }
 
-    static func matches(_ row: DetectionTables.VendorPattern, _ attributes: [String: String]) -> Bool {
+    static func matches(_ row: DetectionTables.PatternRow, _ attributes: [String: String]) -> Bool {
         func has(_ field: String, _ needle: String) -> Bool {
             attributes[field]?.lowercased().contains(needle.lowercased()) == true
         }

@@ -20,8 +20,8 @@ package struct DisplayProbe: Probe {
         for device in devices {
             if device.devtype == "drm_minor" || !device.sysname.contains("-") {
                 guard device.sysname.hasPrefix("card"), let pci = device.ancestor("pci") else { continue }
-                let vendor = (try? context.host.readAttribute(pci.path + "/vendor")).map { hexId($0) } ?? "????"
-                let product = (try? context.host.readAttribute(pci.path + "/device")).map { hexId($0) } ?? "????"
+                let vendor = context.attemptIfPresent({ () throws(HostReadError) in try context.host.readAttribute(pci.path + "/vendor") }).map { hexId($0) } ?? "????"
+                let product = context.attemptIfPresent({ () throws(HostReadError) in try context.host.readAttribute(pci.path + "/device") }).map { hexId($0) } ?? "????"
                 gpus.append("\(device.sysname) \(vendor):\(product) driver=\(pci.driver ?? "-")")
                 continue
             }

@@ -30,20 +30,20 @@ package struct FilesystemIdentityProbe: Probe {
         }
 
         let devicePath = "/sys/dev/block/\(root.major):\(root.minor)"
-        let sysfs = SysfsInventory(host: host)
+        let sysfs = SysfsInventory(host: host, recordFailure: context.record)
         let resolved = sysfs.resolve(devicePath)
         let partition = String(resolved.split(separator: "/").last ?? "")
         let isPartition = host.exists(resolved + "/partition")
         let disk = isPartition ? String(resolved.split(separator: "/").dropLast().last ?? "") : partition
-        let database = UdevDatabase.properties(of: "b\(root.major):\(root.minor)", on: host)
+        let database = context.attemptIfPresent { () throws(HostReadError) in try UdevDatabase.properties(of: "b\(root.major):\(root.minor)", on: host) } ?? [:]
 
         if context.wants("fs.root_uuid") {
             var uuid = database["ID_FS_UUID"].map { ($0, "udev-database", true) }
-                ?? Self.linkName(in: "/dev/disk/by-uuid", pointingTo: partition, host: host).map { ($0, "by-uuid", true) }
+                ?? Self.linkName(in: "/dev/disk/by-uuid", pointingTo: partition, context: context).map { ($0, "by-uuid", true) }
             if uuid == nil, let node = Self.deviceNode(partition, host: host),
                let result = context.attemptIfPresent({ () throws(HostReadError) in try Blkid.superblock(at: node, on: host) }),
                let value = result.values["UUID"] {
-                uuid = (value, "libblkid", Self.isWorldReadable(node, host: host))
+                uuid = (value, "libblkid", Self.isWorldReadable(node, context: context))
             }
             if let (value, source, worldReadable) = uuid {
                 context.emitIdentifier("fs.root_uuid", raw: value)
@@ -53,15 +53,15 @@ package struct FilesystemIdentityProbe: Probe {
         }
 
         guard isPartition || !disk.isEmpty, context.wants("fs.boot_disk_ptuuid") || context.wants("fs.boot_disk_partition_uuids") else { return }
-        let diskDatabase = Self.diskDatabase(host, disk: disk)
+        let diskDatabase = Self.diskDatabase(context, disk: disk)
         var table: (ptuuid: String?, type: String?, partitions: [String], worldReadable: Bool)?
         if let ptuuid = diskDatabase["ID_PART_TABLE_UUID"] {
-            table = (ptuuid, diskDatabase["ID_PART_TABLE_TYPE"], Self.partitionUUIDsFromDatabase(host, disk: disk), true)
+            table = (ptuuid, diskDatabase["ID_PART_TABLE_TYPE"], Self.partitionUUIDsFromDatabase(context, disk: disk), true)
         } else if let node = Self.deviceNode(disk, host: host),
                   // The root filesystem on a whole disk: its node was just probed, and refused.
                   !context.issues.contains(where: { $0.path == node }),
                   let result = context.attemptIfPresent({ () throws(HostReadError) in try Blkid.partitionTable(at: node, on: host) }) {
-            table = (result.values["PTUUID"], result.values["PTTYPE"], result.partitionUUIDs, Self.isWorldReadable(node, host: host))
+            table = (result.values["PTUUID"], result.values["PTTYPE"], result.partitionUUIDs, Self.isWorldReadable(node, context: context))
         }
         if let table {
             if let type = table.type { context.emit("fs.boot_disk_pttype", type) }
@@ -89,29 +89,37 @@ package struct FilesystemIdentityProbe: Probe {
         return found
     }
 
-    static func diskDatabase(_ host: HostFileSystem, disk: String) -> [String: String] {
-        guard let dev = try? host.readAttribute("/sys/class/block/\(disk)/dev") else { return [:] }
-        return UdevDatabase.properties(of: "b" + dev, on: host)
+    static func diskDatabase(_ context: ProbeContext, disk: String) -> [String: String] {
+        let host = context.host
+        guard let dev = context.attemptIfPresent({ () throws(HostReadError) in try host.readAttribute("/sys/class/block/\(disk)/dev") }) else { return [:] }
+        return context.attemptIfPresent { () throws(HostReadError) in try UdevDatabase.properties(of: "b" + dev, on: host) } ?? [:]
     }
 
-    static func partitionUUIDsFromDatabase(_ host: HostFileSystem, disk: String) -> [String] {
-        let entries = (try? host.listDirectory("/sys/class/block/\(disk)")) ?? []
+    static func partitionUUIDsFromDatabase(_ context: ProbeContext, disk: String) -> [String] {
+        let host = context.host
+        let entries = context.attemptIfPresent { () throws(HostReadError) in try host.listDirectory("/sys/class/block/\(disk)") } ?? []
         return entries.filter { $0.hasPrefix(disk) }.compactMap { partition in
-            (try? host.readAttribute("/sys/class/block/\(disk)/\(partition)/dev")).flatMap { UdevDatabase.properties(of: "b" + $0, on: host)["ID_PART_ENTRY_UUID"] }
+            context.attemptIfPresent { () throws(HostReadError) in
+                try UdevDatabase.properties(of: "b" + host.readAttribute("/sys/class/block/\(disk)/\(partition)/dev"), on: host)
+            }?["ID_PART_ENTRY_UUID"]
         }
     }
 
     /// /dev/disk/by-uuid/<uuid> -> ../../vda1: the link's name is the value.
-    static func linkName(in directory: String, pointingTo device: String, host: HostFileSystem) -> String? {
-        let names = (try? host.listDirectory(directory)) ?? []
-        return names.first { name in (try? host.readLink(directory + "/" + name))?.split(separator: "/").last.map(String.init) == device }
+    static func linkName(in directory: String, pointingTo device: String, context: ProbeContext) -> String? {
+        let host = context.host
+        let names = context.attemptIfPresent { () throws(HostReadError) in try host.listDirectory(directory) } ?? []
+        return names.first { name in
+            (context.attemptIfPresent { () throws(HostReadError) in try host.linkTarget(directory + "/" + name) } ?? nil)?
+                .split(separator: "/").last.map(String.init) == device
+        }
     }
 
     static func deviceNode(_ name: String, host: HostFileSystem) -> String? {
         host.exists("/dev/" + name) ? "/dev/" + name : nil
     }
 
-    static func isWorldReadable(_ path: String, host: HostFileSystem) -> Bool {
-        (try? host.status(path))?.isWorldReadable ?? false
+    static func isWorldReadable(_ path: String, context: ProbeContext) -> Bool {
+        context.attempt { () throws(HostReadError) in try context.host.status(path) }?.isWorldReadable ?? false
     }
 }

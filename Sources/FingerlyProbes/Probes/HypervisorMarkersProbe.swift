@@ -9,7 +9,7 @@ package struct HypervisorMarkersProbe: Probe {
 
     package func collect(into context: ProbeContext) throws(ProbeFailure) {
         let host = context.host
-        let tables = context.tables.hypervisorMarkers
+        let tables = context.tables.group("hypervisorMarkers")
         func text(_ path: String) -> String? {
             context.attemptIfPresent { () throws(HostReadError) in try host.readText(path, limit: 64 * 1024) }
         }
@@ -30,7 +30,7 @@ package struct HypervisorMarkersProbe: Probe {
         context.emit("virt.xen_guest", xenInterfaces && !dom0)
 
         if let compatible = text("/proc/device-tree/hypervisor/compatible") {
-            let named = tables.deviceTreeHypervisors.first { compatible.contains($0.pattern) }?.kind
+            let named = tables.patterns("deviceTreeHypervisors").first { compatible.contains($0.pattern) }?.kind
             context.emit("virt.devicetree_kind", named ?? "vm-other")
         } else if host.exists("/proc/device-tree/ibm,partition-name"), host.exists("/proc/device-tree/hmc-managed?"),
                   !host.exists("/proc/device-tree/chosen/qemu,graphic-width") {
@@ -40,17 +40,17 @@ package struct HypervisorMarkersProbe: Probe {
                   nodes.contains(where: { $0.contains("fw-cfg") }) {
             context.emit("virt.devicetree_kind", "qemu")
         } else if let compatible = text("/proc/device-tree/compatible"),
-                  let kind = tables.deviceTreeCompatible.first(where: { compatible.contains($0.pattern) })?.kind {
+                  let kind = tables.patterns("deviceTreeCompatible").first(where: { compatible.contains($0.pattern) })?.kind {
             context.emit("virt.devicetree_kind", kind)
         }
 
         // Platform files, in order: the first that names something wins.
         var platform: String?
         if let sysinfo = text("/proc/sysinfo") {
-            for row in tables.sysinfo where sysinfo.contains(row.pattern) { platform = row.kind; break }
+            for row in tables.patterns("sysinfo") where sysinfo.contains(row.pattern) { platform = row.kind; break }
         }
         if platform == nil, let cpuinfo = text("/proc/cpuinfo") {
-            for row in tables.cpuinfo where cpuinfo.contains(row.pattern) { platform = row.kind; break }
+            for row in tables.patterns("cpuinfo") where cpuinfo.contains(row.pattern) { platform = row.kind; break }
         }
         if platform == nil, host.exists("/proc/ppc64/lparcfg") { platform = "powervm" }
         if platform == nil, host.exists("/dev/mdesc") { platform = "ldoms" }
@@ -67,7 +67,7 @@ package struct HypervisorMarkersProbe: Probe {
                 if !oem.isEmpty && !oems.contains(oem) { oems.append(oem) }
             }
             context.emit("virt.acpi_oem_ids", oems)
-            if let kind = oems.lazy.compactMap({ tables.acpiOemIds[$0] }).first { context.emit("virt.acpi_kind", kind) }
+            if let kind = oems.lazy.compactMap({ tables.mapping("acpiOemIds")[$0] }).first { context.emit("virt.acpi_kind", kind) }
         }
         if let devices = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/sys/bus/acpi/devices") }) {
             context.emit("virt.vm_generation_counter", devices.contains { $0.hasPrefix("VMGENCTR") || $0.hasPrefix("QEMUVGID") })
@@ -75,12 +75,12 @@ package struct HypervisorMarkersProbe: Probe {
 
         if let available = text("/sys/devices/system/clocksource/clocksource0/available_clocksource") {
             let sources = available.split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init)
-            if let kind = sources.lazy.compactMap({ source in tables.clocksources.first { source.hasPrefix($0.pattern) }?.kind }).first {
+            if let kind = sources.lazy.compactMap({ source in tables.patterns("clocksources").first { source.hasPrefix($0.pattern) }?.kind }).first {
                 context.emit("virt.clocksource_kind", kind)
             }
         }
-        let modules = (try? host.listDirectory("/sys/module")) ?? []
-        let drivers = tables.guestDrivers.filter { modules.contains($0.pattern) }
+        let modules = context.attemptIfPresent { () throws(HostReadError) in try host.listDirectory("/sys/module") } ?? []
+        let drivers = tables.patterns("guestDrivers").filter { modules.contains($0.pattern) }
         if !drivers.isEmpty {
             context.emit("virt.guest_drivers", drivers.map(\.pattern))
             context.emit("virt.guest_driver_kind", drivers[0].kind)

@@ -21,9 +21,9 @@ package struct ListeningSocketsProbe: Probe {
             }
         }
         guard read else { throw ProbeFailure(.absent, "/proc/net/tcp and /proc/net/tcp6 are not there") }
-        let watched = Set(context.tables.instrumentationPorts.keys.compactMap { Int($0) })
+        let watched = Set(context.tables.mapping("instrumentationPorts").keys.compactMap { Int($0) })
         context.emit("net.instrumentation_listeners", ports.intersection(watched).sorted().map { port in
-            "\(port) (\(context.tables.instrumentationPorts[String(port)] ?? "?"))"
+            "\(port) (\(context.tables.mapping("instrumentationPorts")[String(port)] ?? "?"))"
         })
     }
 }

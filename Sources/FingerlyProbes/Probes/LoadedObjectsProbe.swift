@@ -39,7 +39,7 @@ package struct LoadedObjectsProbe: Probe {
         guard context.host.isLiveHost else { throw ProbeFailure(.skipped, "inspects this process's loaded objects; a root tree has none") }
         let loaded = Self.loadedObjects()
         let objects = loaded.objects
-        let unexplained = objects.filter { !loaded.explains($0.path, soname: $0.soname, plugins: context.tables.dlopenPlugins) }.map(\.path)
+        let unexplained = objects.filter { !loaded.explains($0.path, soname: $0.soname, plugins: context.tables.strings("dlopenPlugins")) }.map(\.path)
         context.emit("loader.object_count", objects.count)
         context.emit("loader.unexplained_objects", unexplained)
     }

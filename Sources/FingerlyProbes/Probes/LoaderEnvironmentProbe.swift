@@ -25,7 +25,7 @@ package struct LoaderEnvironmentProbe: Probe {
             if let preload = environment["LD_PRELOAD"], !preload.isEmpty {
                 let objects = preload.split(whereSeparator: { $0 == " " || $0 == ":" }).map(String.init)
                 context.emit("loader.preload_description", objects.map { object in
-                    let known = context.tables.knownPreloads.first { object.contains($0.pattern) }?.kind
+                    let known = context.tables.patterns("knownPreloads").first { object.contains($0.pattern) }?.kind
                     return "\((object as String).split(separator: "/").last.map(String.init) ?? object) is \(known ?? "not a library Fingerly knows")"
                 }.joined(separator: "; "))
             }

@@ -22,7 +22,7 @@ package struct MachineIdentityProbe: Probe {
                 machineId = text
                 context.emitIdentifier("machine.machine_id", raw: text)
                 // Compared here, in the clear, so only the answer leaves the probe.
-                context.emit("machine.machine_id_shared", context.tables.sharedMachineIds.contains(text))
+                context.emit("machine.machine_id_shared", context.tables.strings("sharedMachineIds").contains(text))
                 context.contribute(.instance, "machine-id", raw: text, worldReadable: true, signal: "machine.machine_id")
             }
         }
@@ -36,7 +36,7 @@ package struct MachineIdentityProbe: Probe {
         // product_uuid and the serials are mode 0400: expect `denied` when not root.
         if context.wants("machine.dmi_product_uuid") || context.wants("machine.dmi_product_uuid_state"),
            let uuid = context.attemptIfPresent({ () throws(HostReadError) in try host.readAttribute("/sys/class/dmi/id/product_uuid") }) {
-            let state = Self.uuidState(uuid, placeholders: context.tables.placeholderUUIDs)
+            let state = Self.uuidState(uuid, placeholders: context.tables.strings("placeholderUUIDs"))
             context.emit("machine.dmi_product_uuid_state", state)
             if state == "valid" {
                 if let machineId {
@@ -49,7 +49,7 @@ package struct MachineIdentityProbe: Probe {
         }
         for (file, signal) in Self.dmiIdentifiers where context.wants(signal) {
             guard let serial = context.attemptIfPresent({ () throws(HostReadError) in try host.readAttribute("/sys/class/dmi/id/" + file) }),
-                  !Self.isPlaceholderSerial(serial, context.tables.placeholderSerials) else { continue }
+                  !Self.isPlaceholderSerial(serial, context.tables.strings("placeholderSerials")) else { continue }
             context.emitIdentifier(signal, raw: serial)
             context.contribute(.hardware, "dmi-" + file.replacing("_", with: "-"), raw: serial, worldReadable: false, signal: signal)
         }

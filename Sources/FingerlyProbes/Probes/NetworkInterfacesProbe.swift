@@ -30,7 +30,7 @@ package struct NetworkInterfacesProbe: Probe {
             guard interface.attributes["type"] == "1" else { continue }
             let permanent = Self.permanentAddress(of: interface, live: context.host.isLiveHost)
             if let address = permanent ?? interface.attributes["address"]?.lowercased(),
-               let vendorClass = Self.vendorClass(of: address, table: context.tables.nicVendorClasses) {
+               let vendorClass = Self.vendorClass(of: address, table: context.tables.mapping("nicVendorClasses")) {
                 vendorClasses.insert(vendorClass)
             }
             guard let mac = permanent, Self.isUniversal(mac) else { continue }

@@ -15,7 +15,7 @@ package struct ProcessMapsProbe: Probe {
         let regions = Self.regions(maps)
 
         var markers: [String] = []
-        let patterns = context.tables.mappingMarkers.map { ($0.pattern.lowercased(), $0.kind) }
+        let patterns = context.tables.patterns("mappingMarkers").map { ($0.pattern.lowercased(), $0.kind) }
         for path in Self.mappedFiles(regions).sorted() {
             let lowered = path.lowercased()
             if let marker = patterns.first(where: { lowered.contains($0.0) }) { markers.append("\(marker.1): \(path)") }
@@ -31,15 +31,18 @@ package struct ProcessMapsProbe: Probe {
         let loaded = LoadedObjectsProbe.loadedObjects()
         var known: Set<FileIdentity> = []
         for object in loaded.objects {
-            var info = stat()
-            if stat(object.path == "[main]" ? "/proc/self/exe" : object.path, &info) == 0 {
-                known.insert(FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
+            // The vDSO and the like have a name but no file.
+            let path = object.path == "[main]" ? "/proc/self/exe" : object.path
+            guard path.hasPrefix("/") else { continue }
+            // A library replaced on disk since it was loaded is gone: nothing to compare, no failure.
+            if let status = context.attemptIfPresent({ () throws(HostReadError) in try host.status(path) }) {
+                known.insert(FileIdentity(device: status.device, inode: status.inode))
             }
         }
         var unloaded: [String] = []
         for region in regions where region.path.hasPrefix("/") && region.path.split(separator: "/").last?.contains(".so") == true {
             guard let identity = region.identity, !known.contains(identity), !unloaded.contains(region.path),
-                  !loaded.explains(region.path, soname: "", plugins: context.tables.dlopenPlugins) else { continue }
+                  !loaded.explains(region.path, soname: "", plugins: context.tables.strings("dlopenPlugins")) else { continue }
             unloaded.append(region.path)
         }
         context.emit("loader.objects_mapped_without_loader", unloaded)

@@ -19,25 +19,27 @@ package struct ProcessScanProbe: Probe {
         var deniedFds = 0
         for pid in entries {
             // Processes come and go while we look: a vanished one is simply skipped.
-            guard let comm = try? host.readAttribute("/proc/\(pid)/comm") else { continue }
-            if context.tables.virtualDisplayProcesses.contains(comm) {
+            guard let comm = context.attemptIfPresent({ () throws(HostReadError) in try host.readAttribute("/proc/\(pid)/comm") }) else { continue }
+            if context.tables.strings("virtualDisplayProcesses").contains(comm) {
                 displays.append("\(comm) (pid \(pid))")
             } else if comm == "Xorg" || comm == "X",
-                      let commandLine = try? host.read("/proc/\(pid)/cmdline", limit: 16 * 1024),
+                      let commandLine = context.attemptIfPresent({ () throws(HostReadError) in try host.read("/proc/\(pid)/cmdline", limit: 16 * 1024) }),
                       String(decoding: commandLine, as: UTF8.self).lowercased().contains("dummy") {
                 displays.append("\(comm) with the dummy driver (pid \(pid))")
             }
-            if context.tables.inputInjectorProcesses.contains(comm) { injectors.append("\(comm) (pid \(pid))") }
+            if context.tables.strings("inputInjectorProcesses").contains(comm) { injectors.append("\(comm) (pid \(pid))") }
             do {
                 for fd in try host.listDirectory("/proc/\(pid)/fd") {
-                    if (try? host.readLink("/proc/\(pid)/fd/\(fd)")) == "/dev/uinput" {
+                    if context.attemptIfPresent({ () throws(HostReadError) in try host.readLink("/proc/\(pid)/fd/\(fd)") }) == "/dev/uinput" {
                         uinputHolders.append("\(comm) (pid \(pid))")
                         break
                     }
                 }
             } catch where error.failure == .denied {
                 deniedFds += 1
-            } catch {}
+            } catch where error.failure == .absent {
+                // The process exited after it was listed.
+            } catch { context.record(error) }
         }
         if deniedFds > 0 { context.note("open files of \(deniedFds) processes are not readable by this user") }
         context.emit("automation.virtual_display_processes", displays)

@@ -18,15 +18,15 @@ package struct ProvisioningProbe: Probe {
         let now = Double(time(nil))
         func ageDays(_ seconds: Double) -> Int { max(0, Int((now - seconds) / Self.secondsPerDay)) }
 
-        if let modified = Self.modificationTime("/etc/machine-id", host: host) {
+        if let modified = Self.modificationTime("/etc/machine-id", context: context) {
             context.emit("provision.machine_id_age_days", ageDays(modified))
         }
-        let keys = ((try? host.listDirectory("/etc/ssh")) ?? []).filter { $0.hasPrefix("ssh_host_") && $0.hasSuffix("_key.pub") }
-        let keyTimes = keys.compactMap { Self.modificationTime("/etc/ssh/" + $0, host: host) }
+        let keys = (context.attemptIfPresent { () throws(HostReadError) in try host.listDirectory("/etc/ssh") } ?? []).filter { $0.hasPrefix("ssh_host_") && $0.hasSuffix("_key.pub") }
+        let keyTimes = keys.compactMap { Self.modificationTime("/etc/ssh/" + $0, context: context) }
         if let newest = keyTimes.max() { context.emit("provision.ssh_host_key_age_days", ageDays(newest)) }
         // Under a root prefix "/" is whatever directory was given (an unpacked tree, a fixture):
         // its birth says nothing about the installation.
-        if host.isLiveHost, let birth = (try? host.status("/"))?.birthSeconds.map(Double.init) { context.emit("provision.root_birth_age_days", ageDays(birth)) }
+        if host.isLiveHost, let birth = context.attempt({ () throws(HostReadError) in try host.status("/") })?.birthSeconds.map(Double.init) { context.emit("provision.root_birth_age_days", ageDays(birth)) }
 
         // dpkg.log starts "YYYY-MM-DD HH:MM:SS": its first line is the oldest entry kept.
         if let log = context.attemptIfPresent({ () throws(HostReadError) in try host.read("/var/log/dpkg.log", limit: 64) }),
@@ -37,8 +37,8 @@ package struct ProvisioningProbe: Probe {
         context.emit("provision.cloud_init", host.exists("/var/lib/cloud/instance") || host.exists("/run/cloud-init/result.json"))
     }
 
-    static func modificationTime(_ path: String, host: HostFileSystem) -> Double? {
-        (try? host.status(path)).map { Double($0.modifiedSeconds) }
+    static func modificationTime(_ path: String, context: ProbeContext) -> Double? {
+        context.attemptIfPresent { () throws(HostReadError) in try context.host.status(path) }.map { Double($0.modifiedSeconds) }
     }
 
     static func parseDate(_ text: String) -> Double? {

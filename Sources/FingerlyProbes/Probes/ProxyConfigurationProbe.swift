@@ -25,7 +25,7 @@ package struct ProxyConfigurationProbe: Probe {
         context.emit("proxy.etc_environment", environmentFile)
 
         var apt: [String] = []
-        let aptFiles = ["/etc/apt/apt.conf"] + ((try? host.listDirectory("/etc/apt/apt.conf.d")) ?? []).map { "/etc/apt/apt.conf.d/" + $0 }
+        let aptFiles = ["/etc/apt/apt.conf"] + (context.attemptIfPresent { () throws(HostReadError) in try host.listDirectory("/etc/apt/apt.conf.d") } ?? []).map { "/etc/apt/apt.conf.d/" + $0 }
         for path in aptFiles {
             for line in (text(path) ?? "").split(separator: "\n") {
                 let trimmed = line.trimmingWhitespace()
@@ -40,7 +40,7 @@ package struct ProxyConfigurationProbe: Probe {
         context.emit("proxy.apt", apt)
 
         var desktop: [String] = []
-        if let home = (try? ProcessEnvironment.read(from: host))?["HOME"], home.hasPrefix("/") {
+        if let home = context.attemptIfPresent({ () throws(HostReadError) in try ProcessEnvironment.read(from: host) })?["HOME"], home.hasPrefix("/") {
             if let kde = text(home + "/.config/kioslaverc") {
                 var fields: [String: String] = [:]
                 var inProxySection = false
@@ -70,7 +70,7 @@ package struct ProxyConfigurationProbe: Probe {
         }
         context.emit("proxy.desktop", desktop)
 
-        let interfaces = (try? host.listDirectory("/sys/class/net")) ?? []
+        let interfaces = context.attemptIfPresent { () throws(HostReadError) in try host.listDirectory("/sys/class/net") } ?? []
         context.emit("proxy.tunnel_interfaces", interfaces.filter { name in ["tun", "wg", "ppp", "tap"].contains { name.hasPrefix($0) } })
     }
 }

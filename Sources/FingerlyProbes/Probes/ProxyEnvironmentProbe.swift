@@ -31,7 +31,7 @@ package struct ProxyEnvironmentProbe: Probe {
         for name in Self.trustVariables {
             guard let value = environment[name], !value.isEmpty else { continue }
             context.emit("tls.env." + name.lowercased(), value)
-            if !context.tables.systemTrustPaths.contains(Self.normalised(value)) { overrides.append(name) }
+            if !context.tables.strings("systemTrustPaths").contains(Self.normalised(value)) { overrides.append(name) }
         }
         context.emit("tls.env_trust_overrides", overrides)
         if let keylog = environment["SSLKEYLOGFILE"], !keylog.isEmpty { context.emit("tls.env.sslkeylogfile", keylog) }

@@ -144,7 +144,7 @@ package struct TLSPinCheckProbe: Probe {
         let now = monotonicMilliseconds()
         let deadline = context.deadline.isFinite ? context.deadline : now + Self.timeoutWithoutDeadlineMs
         let checkDeadline = deadline - min(Self.reportingReserveMs, max(0, deadline - now) / 10)
-        let environment = try? ProcessEnvironment.read(from: context.host)
+        let environment = context.attemptIfPresent { () throws(HostReadError) in try ProcessEnvironment.read(from: context.host) }
 
         var results: [String] = []
         var mismatches: [String] = []

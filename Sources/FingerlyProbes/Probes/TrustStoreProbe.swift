@@ -61,15 +61,16 @@ package struct TrustStore {
         func fingerprints(_ path: String) -> [String] { bytes(path).map(CertificateSummary.fingerprints) ?? [] }
 
         var packaged: Set<String> = []
-        for name in (try? host.listDirectory(Self.packaged)) ?? [] where name.hasSuffix(".crt") {
+        for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(Self.packaged) }) ?? [] where name.hasSuffix(".crt") {
             packaged.formUnion(fingerprints(Self.packaged + "/" + name))
         }
         var local: Set<String> = []
         func addLocal(_ directory: String, depth: Int) {
-            for name in (try? host.listDirectory(directory)) ?? [] {
+            for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(directory) }) ?? [] {
                 let path = directory + "/" + name
                 if name.hasSuffix(".crt") { local.formUnion(fingerprints(path)) }
-                else if depth < 3, (try? host.listDirectory(path)) != nil { addLocal(path, depth: depth + 1) }
+                // Listing a file that is no directory is ENOTDIR, which attemptIfPresent takes as absent.
+                else if depth < 3 { addLocal(path, depth: depth + 1) }
             }
         }
         addLocal(Self.localDirectory, depth: 0)
@@ -84,9 +85,9 @@ package struct TrustStore {
         // What is trusted: the bundle, and every *.pem beside it that is not a link to a shipped file.
         // Listed first, read one at a time below: only one file's bytes are held at once.
         var sources = [Self.bundle]
-        for name in (try? host.listDirectory(Self.certificateDirectory)) ?? [] where name.hasSuffix(".pem") {
+        for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(Self.certificateDirectory) }) ?? [] where name.hasSuffix(".pem") {
             let path = Self.certificateDirectory + "/" + name
-            if let target = try? host.readLink(path), target.hasPrefix(Self.packaged + "/") { continue }
+            if let target = context.attempt({ () throws(HostReadError) in try host.linkTarget(path) }) ?? nil, target.hasPrefix(Self.packaged + "/") { continue }
             sources.append(path)
         }
 
@@ -152,7 +153,7 @@ package struct TrustStoreProbe: Probe {
                     impersonating.append("\(certificate.subject) (a packaged root's name with a different key)")
                 }
                 let names = (certificate.subject + " " + certificate.issuer).lowercased()
-                if let row = context.tables.interceptionCAs.first(where: { names.contains($0.pattern.lowercased()) }) {
+                if let row = context.tables.patterns("interceptionCAs").first(where: { names.contains($0.pattern.lowercased()) }) {
                     interception.append("\(row.product) (\(row.category)): \(context.personal(certificate.subject))")
                     if !products.contains(row.product) { products.append(row.product) }
                 }
@@ -165,10 +166,10 @@ package struct TrustStoreProbe: Probe {
         let oversized = context.issues.filter { [HostFileSystem.oversizedDetail(TrustStore.fileLimit), TrustStore.scanCutDetail].contains($0.detail) }.map(\.path)
         context.emit("tls.oversized_trust_files", oversized)
 
-        if let anchors = try? host.listDirectory("/etc/pki/ca-trust/source/anchors") {
+        if let anchors = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/etc/pki/ca-trust/source/anchors") }) {
             context.emit("tls.rhel_anchors", anchors.count)
         }
-        let home = (try? ProcessEnvironment.read(from: host))?["HOME"]
+        let home = context.attemptIfPresent { () throws(HostReadError) in try ProcessEnvironment.read(from: host) }?["HOME"]
         if let home, home.hasPrefix("/") {
             context.emit("tls.nss_user_database", host.exists(home + "/.pki/nssdb/cert9.db") || host.exists(home + "/.pki/nssdb/cert8.db"))
         }
@@ -176,7 +177,12 @@ package struct TrustStoreProbe: Probe {
         for path in ["/etc/firefox/policies/policies.json", "/usr/lib/firefox/distribution/policies.json",
                      "/usr/lib/firefox-esr/distribution/policies.json"] {
             guard let bytes = context.attemptIfPresent({ () throws(HostReadError) in try host.read(path, limit: 1024 * 1024) }) else { continue }
-            guard case .object(let top)? = try? JSONParser.parse(bytes), case .object(let policies)? = top["policies"],
+            let document: JSONValue
+            do { document = try JSONParser.parse(bytes) } catch {
+                context.recordMalformed(path, "not valid JSON: \(error.message) at \(error.path)")
+                continue
+            }
+            guard case .object(let top) = document, case .object(let policies)? = top["policies"],
                   case .object(let certificates)? = policies["Certificates"] else { continue }
             if case .array(let list)? = certificates["Install"] { installs += list.count }
         }
