@@ -73,14 +73,49 @@ import Testing
         }
     }
 
+    /// The laptop fixture has only single-valued identifiers (machine-id, DMI), so its device tree
+    /// from the umockdev recording (NIC MACs, disk, USB and panel serials) and a VM's partitioned
+    /// disk (partition UUIDs) are collected too: each gives list-valued identifiers.
     @Test func identifierSignalsAreHashedNeverRaw() async throws {
-        let result = try await identify(root: TestPaths.fixture("laptop-baremetal"))
+        try #require(DeviceFixtures.umockdevAvailable, "umockdev-run is missing: scripts/install-deps --test installs it")
+        let laptop = TestPaths.fixture("laptop-baremetal")
+        let roots = [laptop, try DeviceFixtures.hostRoot(recordings: [DeviceFixtures.laptop], label: "identifier-devices"),
+                     try DeviceFixtures.filesystemRoot(.udevDatabase, label: "identifier-partitions")]
+        // Every raw identifier in those trees; the panel's serials are binary EDID fields the recording's text does not show.
+        var raw = try DeviceInventoryTests.rawIdentifiers(in: DeviceFixtures.laptop) + ["BOE-PANEL-77A", "16909060"]
+        raw += [DeviceFixtures.rootUUID, DeviceFixtures.diskLabelId] + DeviceFixtures.partitionUUIDs
+        for path in ["/etc/machine-id", "/var/lib/dbus/machine-id", "/sys/class/dmi/id/product_uuid", "/sys/class/dmi/id/product_serial",
+                     "/sys/class/dmi/id/board_serial", "/sys/class/dmi/id/chassis_serial"] {
+            if let text = try? String(contentsOfFile: laptop + path, encoding: .utf8) {
+                raw.append(text.trimmingCharacters(in: .whitespacesAndNewlines))
+            }
+        }
+        raw = raw.filter { $0.count >= 6 }.map { $0.lowercased() }
         let identifierNames = catalogue.probes.flatMap(\.signals).filter { $0.class == .identifier }.map(\.name)
         #expect(!identifierNames.isEmpty)
-        for name in identifierNames {
-            guard case .string(let value)? = result.signals[name] else { continue }
-            #expect(value.count == 64 && value.allSatisfy(\.isHexDigit), "\(name) is not a digest")
+        func isDigest(_ text: Substring) -> Bool { text.count == 64 && text.allSatisfy(\.isHexDigit) }
+        var listsSeen: Set<String> = []
+        for root in roots {
+            let result = try await identify(root: root)
+            for name in identifierNames {
+                switch result.signals[name] {
+                case .string(let value)?:
+                    #expect(isDigest(value[...]), "\(name) is not a digest: \(value)")
+                    #expect(!raw.contains { value.lowercased().contains($0) }, "\(name) holds a raw identifier")
+                case .strings(let items)?:
+                    // An item is the digest, or a non-identifying label (an interface, disk or vid:pid) and the digest.
+                    for item in items {
+                        #expect(isDigest(item.split(separator: " ").last ?? ""), "\(name) item is not a digest: \(item)")
+                        #expect(!raw.contains { item.lowercased().contains($0) }, "\(name) item holds a raw identifier: \(item)")
+                    }
+                    if !items.isEmpty { listsSeen.insert(name) }
+                default: break
+                }
+            }
         }
+        let listValued = Set(catalogue.probes.flatMap(\.signals).filter { $0.class == .identifier && $0.type == "strings" }.map(\.name))
+        #expect(listsSeen.isSuperset(of: ["net.permanent_macs", "block.serials", "drm.monitor_serials", "fs.boot_disk_partition_uuids"]),
+                "list-valued identifiers seen: \(listsSeen.sorted()) of \(listValued.sorted())")
     }
 
     /// `*` matches one path component, `**` any number of them.

@@ -12,24 +12,17 @@ import Testing
     @Test func jsonHasTheDocumentedShapeWithSortedKeys() throws {
         let run = try runCLI(["--no-submit", "--json", "--root", TestPaths.fixture("kvm-qemu"), "--tag", "login"])
         #expect(run.status == 0, "\(run.standardError)")
-        let json = try run.json()
-        for key in ["requestId", "identifiable", "state", "suspectScore", "suspectLevel", "triggers", "verdicts", "report", "policy"] {
-            #expect(json[key] != nil, "missing \(key)")
-        }
-        #expect(json["state"] as? String == "collected")
-        let verdicts = try #require(json["verdicts"] as? [String: [String: Any]])
-        #expect(Set(verdicts.keys) == Set(VerdictName.allCases.map(\.rawValue)))
-        for (_, verdict) in verdicts {
-            #expect(verdict["value"] is Bool && verdict["confidence"] is String && verdict["reasons"] is [Any])
-        }
-        let report = try #require(json["report"] as? [String: Any])
-        #expect(report["schemaVersion"] as? Int == SignalReport.currentSchemaVersion)
-        #expect(report["tag"] as? String == "login")
-        let probes = try #require(report["probes"] as? [[String: Any]])
-        #expect(probes.map { $0["id"] as? String } == ProbeCatalogue.embedded.probes.map(\.id))
-        for probe in probes {
-            #expect(probe["tier"] as? String == ProbeCatalogue.embedded.entry(probe["id"] as? String ?? "")?.tier.rawValue)
-            #expect(probe["status"] is String && probe["durationMs"] is Double && probe["signals"] is [String: Any])
+        // Decoding checks every field's type, and Verdicts refuses an object that lacks a verdict.
+        let result = try run.identifyResult()
+        #expect(result.state == .collected)
+        #expect(!result.requestId.isEmpty)
+        // The optional fields a scored, unsent run has; an absent key would decode as nil.
+        #expect(result.suspectScore != nil && result.suspectLevel != nil)
+        #expect(result.report.schemaVersion == SignalReport.currentSchemaVersion)
+        #expect(result.report.tag == "login")
+        #expect(result.report.probes.map(\.id) == ProbeCatalogue.embedded.probes.map(\.id))
+        for probe in result.report.probes {
+            #expect(probe.tier == ProbeCatalogue.embedded.entry(probe.id)?.tier)
         }
         // Sorted keys: the top-level keys appear in lexical order in the bytes themselves.
         let positions = ["identifiable", "policy", "report", "requestId", "state", "suspectLevel", "suspectScore", "triggers", "verdicts"]
@@ -92,11 +85,10 @@ import Testing
             .write(toFile: policy, atomically: true, encoding: .utf8)
         let run = try runCLI(["--no-submit", "--json", "--policy", policy, "--root", TestPaths.fixture("kvm-qemu")])
         #expect(run.status == 0)
-        let json = try run.json()
-        #expect(json["policy"] as? String == "strict")
-        let verdicts = try #require(json["verdicts"] as? [String: [String: Any]])
-        #expect(verdicts["automation"]?["value"] as? Bool == true)
-        #expect(verdicts["debugger"]?["value"] as? Bool == false, "the override replaces the default rules")
+        let result = try run.identifyResult()
+        #expect(result.policy == "strict")
+        #expect(result.verdicts.automation.value)
+        #expect(!result.verdicts.debugger.value, "the override replaces the default rules")
     }
 
     @Test func anInstalledCopyNeedsNothingFromTheBuildTree() throws {
@@ -106,7 +98,7 @@ import Testing
         try FileManager.default.copyItem(atPath: TestPaths.cli, toPath: installed)
         let run = try runProcess(installed, ["--no-submit", "--json", "--tiers", "fast", "--root", TestPaths.fixture("kvm-qemu")])
         #expect(run.status == 0, "\(run.standardError)")
-        #expect(try run.json()["policy"] as? String == "default")
+        #expect(try run.identifyResult().policy == "default")
         #expect(try runProcess(installed, ["probes"]).standardOutput.contains("machine-identity  [fast"))
     }
 
@@ -126,19 +118,18 @@ import Testing
         #expect(probes.status == 0)
         for entry in ProbeCatalogue.embedded.probes { #expect(probes.standardOutput.contains(entry.id + "  [")) }
         let probesJSON = try runCLI(["probes", "--json"])
-        #expect(try JSONDecoder().decode(ProbeCatalogue.self, from: Data(probesJSON.standardOutput.utf8)) == .embedded)
+        #expect(try probesJSON.decoded(ProbeCatalogue.self) == .embedded)
     }
 
     @Test func tiersSelectWhichProbesRun() throws {
-        let fast = try runCLI(["--no-submit", "--json", "--tiers", "fast", "--root", TestPaths.fixture("docker")]).json()
-        let report = try #require(fast["report"] as? [String: Any])
-        #expect(report["tiers"] as? [String] == ["fast"])
-        #expect((report["probes"] as? [Any])?.count == ProbeCatalogue.embedded.probes.filter { $0.tier == .fast }.count)
-        let deferredOnly = try runCLI(["--no-submit", "--json", "--tiers", "deferred", "--root", TestPaths.fixture("docker")]).json()
-        let deferredProbes = try #require((deferredOnly["report"] as? [String: Any])?["probes"] as? [[String: Any]])
+        let fast = try runCLI(["--no-submit", "--json", "--tiers", "fast", "--root", TestPaths.fixture("docker")]).identifyResult().report
+        #expect(fast.tiers == [.fast])
+        #expect(fast.probes.count == ProbeCatalogue.embedded.probes.filter { $0.tier == .fast }.count)
+        let deferredProbes = try runCLI(["--no-submit", "--json", "--tiers", "deferred", "--root", TestPaths.fixture("docker")])
+            .identifyResult().report.probes
         // The collector's own entry (how starved the run was) comes with every run, whatever the tiers.
-        #expect(deferredProbes.filter { $0["id"] as? String != "collector" }.allSatisfy { $0["tier"] as? String == "deferred" })
-        #expect(deferredProbes.contains { $0["id"] as? String == "collector" })
+        #expect(deferredProbes.filter { $0.id != "collector" }.allSatisfy { $0.tier == .deferred })
+        #expect(deferredProbes.contains { $0.id == "collector" })
     }
 
     @Test func aFIFOUnderRootIsRefusedNotWaitedOn() throws {
@@ -147,19 +138,17 @@ import Testing
         try FileManager.default.createDirectory(atPath: root + "/etc", withIntermediateDirectories: true)
         #expect(mkfifo(root + "/proc/cpuinfo", 0o644) == 0)
         #expect(mkfifo(root + "/etc/os-release", 0o644) == 0)
-        let run = try runCLI(["--no-submit", "--json", "--root", root, "--budget-ms", "80"])
+        let run = try runCLI(["--no-submit", "--json", "--root", root, "--budget-ms", "80", "--probe-timeout-ms", "10000"])
         #expect(run.status == 0, "\(run.standardError)")
-        let report = try #require(try run.json()["report"] as? [String: Any])
-        let probes = try #require(report["probes"] as? [[String: Any]])
-        let status = { (id: String) in probes.first { $0["id"] as? String == id }?["status"] as? String }
+        let report = try run.identifyResult().report
         // Opened without blocking and refused as no regular file: nothing waits for a writer.
-        #expect(status("cpu") == "malformed")
-        let os = try #require(probes.first { $0["id"] as? String == "os" })
-        let issues = try #require(os["issues"] as? [[String: Any]])
-        #expect(issues.contains { ($0["detail"] as? String)?.contains("FIFO") == true })
-        #expect(status("memory") == "absent")
-        let elapsed = try #require(report["elapsedMs"] as? Double)
-        #expect(elapsed < 80 + 25, "collection took \(elapsed) ms for an 80 ms budget")
+        #expect(try report.probe("cpu").status == .malformed)
+        #expect(try report.probe("os").issues.contains { $0.detail.contains("FIFO") })
+        #expect(try report.probe("memory").status == .absent)
+        let elapsed = report.elapsedMs
+        // A read waiting on the FIFO would hold its probe until the budget (statuses above tell);
+        // the bound, with room for a loaded machine, shows the collection itself never waits past the budget.
+        #expect(elapsed < 80 + 500, "collection took \(elapsed) ms for an 80 ms budget")
     }
 
     @Test func rawIdentifiersNeverAppearInTheOutput() throws {
@@ -206,9 +195,9 @@ import Testing
         #expect(plain.contains("dmi                     fast      ok"))
     }
 
-    @Test func unreadableFilesAreRecordedAsDeniedForAnUnprivilegedUser() throws {
-        let root = try TestPaths.temporaryDirectory("denied")
-        _ = try runProcess("/bin/cp", ["-a", TestPaths.fixture("laptop-baremetal") + "/.", root])
+    @Test(.enabled(if: geteuid() == 0, "needs root: files owned by root, and setpriv switches to nobody to be denied them"))
+    func unreadableFilesAreRecordedAsDeniedForAnUnprivilegedUser() throws {
+        let root = try TestPaths.copyOfTree(TestPaths.fixture("laptop-baremetal"), label: "denied")
         // Root-owned and 0400, as sysfs serves the serials; /proc/meminfo made unreadable too.
         for path in ["/etc/machine-id", "/sys/class/dmi/id/product_uuid", "/sys/class/dmi/id/product_serial", "/proc/meminfo"] {
             #expect(chmod(root + path, 0o400) == 0)
@@ -217,18 +206,13 @@ import Testing
         let run = try runProcess("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", TestPaths.cli,
                                                      "--no-submit", "--json", "--root", root])
         #expect(run.status == 0, "\(run.standardError)")
-        let json = try run.json()
-        let report = try #require(json["report"] as? [String: Any])
-        let probes = try #require(report["probes"] as? [[String: Any]])
-        let probe = { (id: String) in probes.first { $0["id"] as? String == id } ?? [:] }
-        #expect(probe("memory")["status"] as? String == "denied")
-        let identity = probe("machine-identity")
-        let issues = try #require(identity["issues"] as? [[String: Any]])
-        #expect(issues.contains { $0["path"] as? String == "/etc/machine-id" && $0["status"] as? String == "denied" })
-        #expect(issues.contains { $0["path"] as? String == "/sys/class/dmi/id/product_uuid" && $0["status"] as? String == "denied" })
+        let report = try run.identifyResult().report
+        #expect(try report.probe("memory").status == .denied)
+        let identity = try report.probe("machine-identity")
+        #expect(identity.issues.contains { $0.path == "/etc/machine-id" && $0.status == .denied })
+        #expect(identity.issues.contains { $0.path == "/sys/class/dmi/id/product_uuid" && $0.status == .denied })
         // What could be read still is: the D-Bus copy of machine-id is world-readable.
-        let signals = try #require(identity["signals"] as? [String: Any])
-        #expect(signals["machine.dbus_machine_id"] is String)
-        #expect(probes.count == ProbeRegistry.builtIn.count, "a denied probe must not drop out of the report")
+        #expect(identity.signals["machine.dbus_machine_id"]?.string != nil)
+        #expect(report.probes.count == ProbeRegistry.builtIn.count, "a denied probe must not drop out of the report")
     }
 }

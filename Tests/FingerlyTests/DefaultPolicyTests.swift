@@ -118,12 +118,7 @@ import Testing
     @Test(arguments: cases.keys.sorted())
     func ruleFiresOnItsEvidence(_ id: String) throws {
         let (verdictName, signals, kind) = try #require(Self.cases[id])
-        let report = SignalReport(schemaVersion: 1, collectorVersion: "t", collectedAt: Date(), tag: nil, root: "/", tiers: [.fast],
-                                  budgetMs: 1, elapsedMs: 0,
-                                  probes: [ProbeEntry(id: "t", tier: .fast, status: .ok, durationMs: 0, detail: nil, issues: [], signals: signals,
-                                                                     identityComponents: [])],
-                                  identity: .derive(from: [], hasher: IdentifierHasher(apiKey: "k")))
-        let verdicts = VerdictEngine(policy: .embedded(), catalogue: .embedded).evaluate(report)
+        let verdicts = evaluate(.embedded(), signals, probe: "t")
         let verdict = try #require(verdicts[verdictName])
         #expect(verdict.value)
         #expect(verdict.reasons.map(\.code).contains(id), "\(verdict.reasons)")

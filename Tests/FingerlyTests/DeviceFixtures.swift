@@ -21,9 +21,7 @@ enum DeviceFixtures {
     /// A root tree: a host fixture's /etc and /proc, plus the /sys that umockdev builds from the
     /// recordings, copied out of its testbed so the sysfs walker reads it under `--root`.
     static func hostRoot(fixture: String = "laptop-baremetal", recordings: [String], label: String) throws -> String {
-        let root = try TestPaths.temporaryDirectory(label)
-        let copy = try runProcess("/bin/cp", ["-a", TestPaths.fixture(fixture) + "/.", root])
-        try #require(copy.status == 0, "\(copy.standardError)")
+        let root = try TestPaths.copyOfTree(TestPaths.fixture(fixture), label: label)
         let testbed = try runProcess("/usr/bin/umockdev-run", recordings.flatMap { ["--device", $0] }
             + ["--", "/bin/sh", "-c", "cp -a \"$UMOCKDEV_DIR/sys/.\" \"$1/sys/\"", "sh", root])
         try #require(testbed.status == 0, "\(testbed.standardError)")
@@ -89,8 +87,4 @@ enum DeviceFixtures {
         }
         return root
     }
-}
-
-func runShell(_ script: String, _ arguments: String...) throws -> ProcessOutput {
-    try runProcess("/bin/sh", ["-c", script, "sh"] + arguments)
 }

@@ -8,80 +8,72 @@ import Testing
 
 /// The deferred tier through libudev, on device trees umockdev plays back.
 @Suite(.serialized) struct DeviceInventoryTests {
-    private func signals(_ output: ProcessOutput) throws -> [String: [String: Any]] {
+    private func probes(_ output: ProcessOutput) throws -> [String: ProbeEntry] {
         try #require(output.status == 0, "\(output.standardError)")
-        let probes = try #require((try output.json()["report"] as? [String: Any])?["probes"] as? [[String: Any]])
-        var byProbe: [String: [String: Any]] = [:]
-        for probe in probes {
-            var entry = probe["signals"] as? [String: Any] ?? [:]
-            entry["#status"] = probe["status"]
-            entry["#detail"] = probe["detail"]
-            byProbe[probe["id"] as? String ?? "?"] = entry
-        }
-        return byProbe
+        return Dictionary(try output.identifyResult().report.probes.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
-    private func udev(_ recordings: [String]) throws -> [String: [String: Any]] {
+    private func udev(_ recordings: [String]) throws -> [String: ProbeEntry] {
         try #require(DeviceFixtures.umockdevAvailable, "umockdev-run is missing: scripts/install-deps --test installs it")
-        return try signals(try DeviceFixtures.runUnderUmockdev(recordings, ["--no-submit", "--json", "--tiers", "deferred", "--free-text", "keep"]))
+        return try probes(try DeviceFixtures.runUnderUmockdev(recordings, ["--no-submit", "--json", "--tiers", "deferred", "--free-text", "keep"]))
     }
 
     @Test func laptopWithNVMeUSBHubAndWebcam() throws {
         let found = try udev([DeviceFixtures.laptop])
         for probe in ["pci", "usb", "block", "net", "input", "drm", "sound", "tpm"] {
-            #expect(found[probe]?["#status"] as? String == "ok", "\(probe)")
+            #expect(found[probe]?.status == .ok, "\(probe)")
         }
-        let disks = try #require(found["block"]?["block.disks"] as? [String])
+        let disks = try #require(found["block"]?.signals["block.disks"]?.strings)
         #expect(disks == ["nvme0n1 transport=nvme removable=false rotational=false size=1000204886016 model='Samsung SSD 980 PRO 1TB'"])
-        let usb = try #require(found["usb"]?["usb.devices"] as? [String])
+        let usb = try #require(found["usb"]?.signals["usb.devices"]?.strings)
         #expect(usb.contains { $0.hasPrefix("1-3 05e3:0610 bus 1 port 3 removable=removable") })
         #expect(usb.contains { $0.hasPrefix("1-3.1 04f2:b6dd bus 1 port 3.1 removable=fixed 'Integrated Camera'") })
-        #expect((found["pci"]?["pci.devices"] as? [String])?.contains("0000:04:00.0 144d:a80a sub 144d:a801 class 010802 driver nvme") == true)
-        #expect(found["net"]?["net.interfaces"] as? [String] == ["wlp0s20f3 driver=iwlwifi bus=pci virtual=false"])
-        #expect(found["net"]?["net.nic_vendor_classes"] as? [String] == ["physical-or-unknown"])
-        #expect((found["net"]?["net.permanent_macs"] as? [String])?.count == 1)
-        #expect(found["input"]?["input.devices"] as? [String] == ["input0 'AT Translated Set 2 keyboard' bus=serio 0001:0001 physical=true"])
-        #expect(found["drm"]?["drm.gpus"] as? [String] == ["card0 8086:9a49 driver=i915"])
-        #expect(found["drm"]?["drm.monitors"] as? [String] == ["eDP-1 BOE product 0xa1c 'NE140FHM-N61'"])
-        #expect(found["sound"]?["sound.cards"] as? [String] == ["card0 PCH bus=pci"])
-        #expect(found["tpm"]?["tpm.present"] as? Bool == true && found["tpm"]?["tpm.version"] as? Int == 2)
+        #expect(found["pci"]?.signals["pci.devices"]?.strings?.contains("0000:04:00.0 144d:a80a sub 144d:a801 class 010802 driver nvme") == true)
+        #expect(found["net"]?.signals["net.interfaces"]?.strings == ["wlp0s20f3 driver=iwlwifi bus=pci virtual=false"])
+        #expect(found["net"]?.signals["net.nic_vendor_classes"]?.strings == ["physical-or-unknown"])
+        #expect(found["net"]?.signals["net.permanent_macs"]?.strings?.count == 1)
+        #expect(found["input"]?.signals["input.devices"]?.strings == ["input0 'AT Translated Set 2 keyboard' bus=serio 0001:0001 physical=true"])
+        #expect(found["drm"]?.signals["drm.gpus"]?.strings == ["card0 8086:9a49 driver=i915"])
+        #expect(found["drm"]?.signals["drm.monitors"]?.strings == ["eDP-1 BOE product 0xa1c 'NE140FHM-N61'"])
+        #expect(found["sound"]?.signals["sound.cards"]?.strings == ["card0 PCH bus=pci"])
+        #expect(found["tpm"]?.signals["tpm.present"] == .bool(true) && found["tpm"]?.signals["tpm.version"] == .int(2))
         if !FileManager.default.fileExists(atPath: "/run/udev/data") {
-            #expect((found["pci"]?["#detail"] as? String)?.contains("udev database missing") == true)
+            #expect(found["pci"]?.detail?.contains("udev database missing") == true)
         }
     }
 
     @Test func serverWithSATADisksAndTwoNICs() throws {
         let found = try udev([DeviceFixtures.server])
-        let disks = try #require(found["block"]?["block.disks"] as? [String])
+        let disks = try #require(found["block"]?.signals["block.disks"]?.strings)
         #expect(disks.count == 2)
         #expect(disks.allSatisfy { $0.contains("transport=ata removable=false rotational=true size=4000787030016") && $0.contains("model='ST4000NM0035-1V4'") })
-        #expect(found["block"]?["block.fixed_disks"] as? Int == 2)
-        let interfaces = try #require(found["net"]?["net.interfaces"] as? [String])
+        #expect(found["block"]?.signals["block.fixed_disks"] == .int(2))
+        let interfaces = try #require(found["net"]?.signals["net.interfaces"]?.strings)
         #expect(interfaces.contains("eno1 driver=ixgbe bus=pci virtual=false") && interfaces.contains("eno2 driver=ixgbe bus=pci virtual=false"))
-        #expect(Set(found["net"]?["net.virtual_interfaces"] as? [String] ?? []) == ["docker0", "lo", "veth1a2b3c"])
-        #expect((found["net"]?["net.permanent_macs"] as? [String])?.count == 2)
-        #expect(found["net"]?["net.nic_vendor_classes"] as? [String] == ["physical-or-unknown"])
-        let inputs = try #require(found["input"]?["input.devices"] as? [String])
+        #expect(Set(found["net"]?.signals["net.virtual_interfaces"]?.strings ?? []) == ["docker0", "lo", "veth1a2b3c"])
+        #expect(found["net"]?.signals["net.permanent_macs"]?.strings?.count == 2)
+        #expect(found["net"]?.signals["net.nic_vendor_classes"]?.strings == ["physical-or-unknown"])
+        let inputs = try #require(found["input"]?.signals["input.devices"]?.strings)
         #expect(inputs.contains { $0.contains("'American Megatrends Inc. Virtual Keyboard and Mouse' bus=usb 046b:ff10 physical=true") })
-        #expect(found["input"]?["input.virtual_devices"] as? [String] == ["py-evdev-uinput"])
-        #expect(found["sound"]?["sound.cards"] as? [String] == [])
-        #expect(found["drm"]?["drm.gpus"] as? [String] == ["card0 1a03:2000 driver=ast"])
-        #expect(found["drm"]?["drm.monitors"] as? [String] == [])
+        #expect(found["input"]?.signals["input.virtual_devices"]?.strings == ["py-evdev-uinput"])
+        #expect(found["sound"]?.signals["sound.cards"]?.strings == [])
+        #expect(found["drm"]?.signals["drm.gpus"]?.strings == ["card0 1a03:2000 driver=ast"])
+        #expect(found["drm"]?.signals["drm.monitors"]?.strings == [])
     }
 
     @Test(.enabled(if: DeviceFixtures.sharedAvailable, "../shared/fixtures/umockdev is not beside this checkout"))
     func sharedRecordingsOfRealDevices() throws {
         let shared = DeviceFixtures.sharedRecordings
         let keyboard = try udev([shared + "usbkbd.umockdev"])
-        #expect(keyboard["input"]?["input.devices"] as? [String] == ["input5 'HID 05f3:0007' bus=usb 05f3:0007 physical=true"])
-        #expect((keyboard["usb"]?["usb.devices"] as? [String])?.contains { $0.hasPrefix("1-1.5.4.2 05f3:0007") } == true)
+        #expect(keyboard["input"]?.signals["input.devices"]?.strings == ["input5 'HID 05f3:0007' bus=usb 05f3:0007 physical=true"])
+        #expect(keyboard["usb"]?.signals["usb.devices"]?.strings?.contains { $0.hasPrefix("1-1.5.4.2 05f3:0007") } == true)
         let touchpad = try udev([shared + "synaptics-touchpad.umockdev"])
-        #expect((touchpad["input"]?["input.devices"] as? [String])?.first?.contains("'SynPS/2 Synaptics TouchPad' bus=serio") == true)
-        #expect(touchpad["input"]?["input.virtual_devices"] as? [String] == [])
+        #expect(touchpad["input"]?.signals["input.devices"]?.strings?.first?.contains("'SynPS/2 Synaptics TouchPad' bus=serio") == true)
+        #expect(touchpad["input"]?.signals["input.virtual_devices"]?.strings == [])
         let camera = try udev([shared + "canon-powershot-sx200.umockdev"])
-        #expect((camera["usb"]?["usb.serials"] as? [String])?.contains { $0.hasPrefix("04a9:31c0 ") } == true)
+        #expect(camera["usb"]?.signals["usb.serials"]?.strings?.contains { $0.hasPrefix("04a9:31c0 ") } == true)
         let key = try udev([shared + "fido2.umockdev"])
-        #expect((key["usb"]?["usb.devices"] as? [String])?.contains { $0.contains("1050:0120") && $0.contains("Security Key by Yubico") } == true)
+        #expect(key["usb"]?.signals["usb.devices"]?.strings?.contains { $0.contains("1050:0120") && $0.contains("Security Key by Yubico") } == true)
     }
 
     /// Every serial, WWN, MAC and UUID a recording holds, for grepping the output.
@@ -126,9 +118,9 @@ import Testing
     @Test func ignoredDeviceSignalsAreNotReported() throws {
         let output = try DeviceFixtures.runUnderUmockdev([DeviceFixtures.laptop],
             ["--no-submit", "--json", "--tiers", "deferred", "--ignore", "net.permanent_macs,block.serials,usb"])
-        let found = try signals(output)
-        #expect(found["net"]?["net.permanent_macs"] == nil)
-        #expect(found["block"]?["block.serials"] == nil)
-        #expect(found["usb"]?["#status"] as? String == "skipped")
+        let found = try probes(output)
+        #expect(found["net"]?.signals["net.permanent_macs"] == nil)
+        #expect(found["block"]?.signals["block.serials"] == nil)
+        #expect(found["usb"]?.status == .skipped)
     }
 }

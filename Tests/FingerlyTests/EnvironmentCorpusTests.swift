@@ -26,23 +26,32 @@ import Testing
         }
     }
 
-    static func answer(fromExpected path: String) throws -> Answer {
-        let json = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
-        let fingerly = try #require(json["fingerly"] as? [String: Any])
-        let vm = try #require(fingerly["virtualization"] as? [String: Any]), container = try #require(fingerly["container"] as? [String: Any])
-        return Answer(virtualization: vm["value"] as? Bool ?? false, virtualizationKind: vm["kind"] as? String,
-                      container: container["value"] as? Bool ?? false, containerKind: container["kind"] as? String,
-                      cloud: fingerly["cloud"] as? String, xenDom0: fingerly["xenDom0"] as? Bool ?? false)
+    /// A corpus machine's expected.json: test data, not the collector's output.
+    struct Expected: Decodable {
+        struct Finding: Decodable {
+            let value: Bool
+            let kind: String?
+        }
+        struct Answer: Decodable {
+            let virtualization: Finding
+            let container: Finding
+            let cloud: String?
+            let xenDom0: Bool?
+        }
+        let fingerly: Answer
     }
 
-    static func answer(fromResult json: [String: Any]) throws -> Answer {
-        let verdicts = try #require(json["verdicts"] as? [String: [String: Any]])
-        let environment = try #require(json["environment"] as? [String: Any])
-        return Answer(virtualization: verdicts["virtualization"]?["value"] as? Bool ?? false,
-                      virtualizationKind: verdicts["virtualization"]?["kind"] as? String,
-                      container: verdicts["container"]?["value"] as? Bool ?? false,
-                      containerKind: verdicts["container"]?["kind"] as? String,
-                      cloud: environment["cloud"] as? String, xenDom0: environment["xenDom0"] as? Bool ?? false)
+    static func answer(fromExpected path: String) throws -> Answer {
+        let expected = try JSONDecoder().decode(Expected.self, from: Data(contentsOf: URL(fileURLWithPath: path))).fingerly
+        return Answer(virtualization: expected.virtualization.value, virtualizationKind: expected.virtualization.kind,
+                      container: expected.container.value, containerKind: expected.container.kind,
+                      cloud: expected.cloud, xenDom0: expected.xenDom0 ?? false)
+    }
+
+    static func answer(fromResult result: IdentifyResult) -> Answer {
+        Answer(virtualization: result.verdicts.virtualization.value, virtualizationKind: result.verdicts.virtualization.kind,
+               container: result.verdicts.container.value, containerKind: result.verdicts.container.kind,
+               cloud: result.environment.cloud, xenDom0: result.environment.xenDom0)
     }
 
     @Test(.enabled(if: !cases.isEmpty, "../shared/fixtures/virt-what is not beside this checkout"))
@@ -126,12 +135,11 @@ import Testing
         let expected = try Self.answer(fromExpected: directory + "/expected.json")
         let run = try runCLI(["--no-submit", "--json", "--root", directory + "/root"])
         #expect(run.status == 0, "\(run.standardError)")
-        let actual = try Self.answer(fromResult: try run.json())
+        let result = try run.identifyResult()
+        let actual = Self.answer(fromResult: result)
         #expect(actual == expected, "\(name): got \(actual), expected \(expected)")
         // Under --root the CPUID probe replays the tree's file; it never reads the live CPU.
-        let report = try #require(try run.json()["report"] as? [String: Any])
-        let cpuid = (report["probes"] as? [[String: Any]])?.first { $0["id"] as? String == "cpuid" }
         let hasReplay = FileManager.default.fileExists(atPath: directory + "/root/.fingerly/cpuid.json")
-        #expect(cpuid?["status"] as? String == (hasReplay ? "ok" : "skipped"))
+        #expect(try result.report.probe("cpuid").status == (hasReplay ? .ok : .skipped))
     }
 }

@@ -8,43 +8,26 @@ import Testing
 
 /// hardwareId and instanceId against the failure cases real fleets show.
 @Suite(.serialized) struct HardwareIdentityTests {
-    struct Identity {
-        let hardwareId: String?
-        let instanceId: String?
-        let hardwareComponents: [String]
-        let instanceComponents: [String]
-        let rootOnlyEvidence: [String]
-        let json: [String: Any]
-    }
-
     static let nvme = "/sys/devices/pci0000:00/0000:00:1d.0/0000:04:00.0/nvme/nvme0"
     static let wifi = "/sys/devices/pci0000:00/0000:00:14.3"
     static let panel = "/sys/devices/pci0000:00/0000:00:02.0/drm/card0/card0-eDP-1"
 
-    private func identity(_ root: String, asNobody: Bool = false) throws -> Identity {
+    private func identity(_ root: String, asNobody: Bool = false) throws -> HostIdentity {
+        try report(root, asNobody: asNobody).identity
+    }
+
+    private func report(_ root: String, asNobody: Bool = false) throws -> SignalReport {
         let arguments = ["--no-submit", "--json", "--api-key", "org-a", "--root", root]
         let output = asNobody
             ? try runProcess("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", TestPaths.cli] + arguments)
             : try runCLI(arguments)
         try #require(output.status == 0, "\(output.standardError)")
-        let json = try output.json()
-        let report = try #require(json["report"] as? [String: Any])
-        let identity = try #require(report["identity"] as? [String: Any])
-        return Identity(hardwareId: identity["hardwareId"] as? String, instanceId: identity["instanceId"] as? String,
-                        hardwareComponents: identity["hardwareComponents"] as? [String] ?? [],
-                        instanceComponents: identity["instanceComponents"] as? [String] ?? [],
-                        rootOnlyEvidence: identity["rootOnlyEvidence"] as? [String] ?? [], json: json)
+        return try output.identifyResult().report
     }
 
     private func laptop(_ label: String, recordings: [String] = [DeviceFixtures.laptop]) throws -> String {
         try #require(DeviceFixtures.umockdevAvailable, "umockdev-run is missing: scripts/install-deps --test installs it")
         return try DeviceFixtures.hostRoot(recordings: recordings, label: label)
-    }
-
-    private func copy(_ root: String, _ label: String) throws -> String {
-        let target = try TestPaths.temporaryDirectory(label)
-        try #require(try runProcess("/bin/cp", ["-a", root + "/.", target]).status == 0)
-        return target
     }
 
     private func set(_ root: String, _ path: String, _ value: String) throws {
@@ -65,7 +48,7 @@ import Testing
 
     @Test func stableAcrossReboots() throws {
         let base = try laptop("id-reboot-a")
-        let rebooted = try copy(base, "id-reboot-b")
+        let rebooted = try TestPaths.copyOfTree(base, label: "id-reboot-b")
         try set(rebooted, "/proc/sys/kernel/random/boot_id", "6c1e0a52-7d4f-4b8e-a1c3-9f2e5d7b8a60")
         try set(rebooted, "/proc/uptime", "12.53 20.11")
         let (before, after) = (try identity(base), try identity(rebooted))
@@ -74,7 +57,7 @@ import Testing
 
     @Test func stableAcrossHostnameAndAddressChanges() throws {
         let base = try laptop("id-name-a")
-        let renamed = try copy(base, "id-name-b")
+        let renamed = try TestPaths.copyOfTree(base, label: "id-name-b")
         try set(renamed, "/etc/hostname", "build-agent-17")
         try set(renamed, "/proc/sys/kernel/hostname", "build-agent-17")
         try set(renamed, "/etc/hosts", "10.20.30.40 build-agent-17")
@@ -84,13 +67,11 @@ import Testing
 
     @Test func stableWhenUSBSticksMiceAndKeyboardsComeAndGo() throws {
         let bare = try identity(try laptop("id-usb-a"))
-        let plugged = try identity(try laptop("id-usb-b", recordings: [DeviceFixtures.laptop, DeviceFixtures.peripherals]))
+        let pluggedReport = try report(try laptop("id-usb-b", recordings: [DeviceFixtures.laptop, DeviceFixtures.peripherals]))
+        let plugged = pluggedReport.identity
         // The devices really were seen…
-        let probes = try #require((plugged.json["report"] as? [String: Any])?["probes"] as? [[String: Any]])
-        let usb = probes.first { $0["id"] as? String == "usb" }?["signals"] as? [String: Any]
-        #expect((usb?["usb.count"] as? Int ?? 0) >= 6)
-        let block = probes.first { $0["id"] as? String == "block" }?["signals"] as? [String: Any]
-        #expect((block?["block.disks"] as? [String])?.contains { $0.hasPrefix("sdb transport=usb removable=true") } == true)
+        #expect((try pluggedReport.probe("usb").signals["usb.count"]?.int ?? 0) >= 6)
+        #expect(try pluggedReport.probe("block").signals["block.disks"]?.strings?.contains { $0.hasPrefix("sdb transport=usb removable=true") } == true)
         // …and moved nothing.
         #expect(bare.hardwareId == plugged.hardwareId && bare.instanceId == plugged.instanceId)
         #expect(bare.hardwareComponents == plugged.hardwareComponents)
@@ -98,7 +79,7 @@ import Testing
 
     @Test func stableAcrossAKernelUpgrade() throws {
         let base = try laptop("id-kernel-a")
-        let upgraded = try copy(base, "id-kernel-b")
+        let upgraded = try TestPaths.copyOfTree(base, label: "id-kernel-b")
         try set(upgraded, "/proc/sys/kernel/osrelease", "6.8.0-45-generic")
         try set(upgraded, "/proc/sys/kernel/version", "#45~22.04.1-Ubuntu SMP PREEMPT_DYNAMIC Mon Sep 23 2024")
         // A new kernel reserves a little more memory, knows a new CPU flag, and renames a driver.
@@ -112,7 +93,8 @@ import Testing
         #expect(before.hardwareId == after.hardwareId && before.instanceId == after.instanceId)
     }
 
-    @Test func stableForRootAndForAnUnprivilegedUser() throws {
+    @Test(.enabled(if: geteuid() == 0, "needs root: compares a run as root with one setpriv makes as nobody"))
+    func stableForRootAndForAnUnprivilegedUser() throws {
         let root = try laptop("id-privilege")
         for file in ["product_uuid", "product_serial", "board_serial", "chassis_serial"] {
             #expect(chmod(root + "/sys/class/dmi/id/" + file, 0o400) == 0)
@@ -127,7 +109,7 @@ import Testing
 
     @Test func differentForTwoVMsClonedFromOneImage() throws {
         let first = try laptop("id-clone-a")
-        let second = try copy(first, "id-clone-b")
+        let second = try TestPaths.copyOfTree(first, label: "id-clone-b")
         // The clone got a fresh machine-id (systemd-firstboot) and a new MAC from the hypervisor;
         // its filesystem UUIDs are the image's.
         try set(second, "/etc/machine-id", "7d3e9b1c04a2485f96e1c2b7a8d5f310")
@@ -140,7 +122,7 @@ import Testing
 
     @Test func differentForTwoHostsOfTheSameModel() throws {
         let first = try laptop("id-model-a")
-        let second = try copy(first, "id-model-b")
+        let second = try TestPaths.copyOfTree(first, label: "id-model-b")
         try set(second, "/etc/machine-id", "0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e")
         try set(second, Self.nvme + "/serial", "S69ENF0R654321B")
         try set(second, Self.nvme + "/nvme0n1/wwid", "eui.002538b221b3ffee")
@@ -156,7 +138,7 @@ import Testing
 
     @Test func aReplacedDiskChangesOneComponentOnly() throws {
         let first = try laptop("id-disk-a")
-        let second = try copy(first, "id-disk-b")
+        let second = try TestPaths.copyOfTree(first, label: "id-disk-b")
         try set(second, Self.nvme + "/serial", "S69ENF0R999999Z")
         try set(second, Self.nvme + "/nvme0n1/wwid", "eui.002538b221b30000")
         let (a, b) = (try identity(first), try identity(second))
@@ -168,8 +150,8 @@ import Testing
 
     @Test func containersOnOneHostShareTheHardwareId() throws {
         let host = try laptop("id-container-a")
-        let web = try copy(host, "id-container-b")
-        let worker = try copy(host, "id-container-c")
+        let web = try TestPaths.copyOfTree(host, label: "id-container-b")
+        let worker = try TestPaths.copyOfTree(host, label: "id-container-c")
         for (container, machineId) in [(web, "aa11bb22cc33dd44ee55ff6600778899"), (worker, "1234567890abcdef1234567890abcdef")] {
             try set(container, "/.dockerenv", "")
             try set(container, "/etc/machine-id", machineId)
@@ -187,11 +169,10 @@ import Testing
         let udev = try DeviceFixtures.runUnderUmockdev([DeviceFixtures.laptop], ["--no-submit", "--json", "--api-key", "org-a", "--tiers", "deferred"])
         try #require(sysfs.status == 0 && udev.status == 0, "\(sysfs.standardError)\(udev.standardError)")
         func components(_ output: ProcessOutput) throws -> Set<String> {
-            let probes = try #require((try output.json()["report"] as? [String: Any])?["probes"] as? [[String: Any]])
-            return Set(probes.flatMap { probe in (probe["identityComponents"] as? [[String: Any]] ?? []).compactMap { component -> String? in
-                guard let name = component["name"] as? String, ["pci-inventory", "disk", "nic", "built-in-panel"].contains(name) else { return nil }
-                return name + "=" + (component["hash"] as? String ?? "")
-            } })
+            let probes = try output.identifyResult().report.probes
+            return Set(probes.flatMap(\.identityComponents)
+                .filter { ["pci-inventory", "disk", "nic", "built-in-panel"].contains($0.name) }
+                .map { $0.name + "=" + $0.hash })
         }
         let fromSysfs = try components(sysfs), fromUdev = try components(udev)
         #expect(fromSysfs.count == 4)

@@ -58,7 +58,7 @@ import Testing
         #expect(!run.standardOutput.contains(Self.canary))
         print("hostile tree \(variant.rawValue): peak RSS \(peakKiB) KiB, \(Int(run.wallMs)) ms, \(run.standardOutput.utf8.count) bytes of output")
 
-        let result = try JSONDecoder.fingerly.decode(IdentifyResult.self, from: Data(run.standardOutput.utf8))
+        let result = try run.identifyResult()
         #expect(result.report.probes.count == ProbeCatalogue.embedded.probes.count)
         // Nothing of the live host: its machine-id hash, its NICs' MAC hashes.
         let hasher = IdentifierHasher(apiKey: "test-key")

@@ -31,7 +31,7 @@ import Testing
     @Test func integrityCommandPrintsTheFourVerdictsAndItsCost() throws {
         let run = try runCLI(["integrity", "--json", "--repeat", "5"])
         #expect(run.status == 0, "\(run.standardError)")
-        let result = try JSONDecoder.fingerly.decode(IntegrityResult.self, from: Data(run.standardOutput.utf8))
+        let result = try run.decoded(IntegrityResult.self)
         #expect(Set(VerdictName.allCases.filter { result[$0] != nil }) == Set(IntegrityResult.verdictNames))
         #expect(result.report.probes.allSatisfy { $0.tier == .fast })
         #expect(run.standardError.contains("5 repeat calls in one process: median"))

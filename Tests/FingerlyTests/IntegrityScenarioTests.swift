@@ -16,30 +16,6 @@ import Testing
     /// The README's release build (Swift runtime linked in: valgrind 3.19 cannot run the
     /// toolchain's shared runtime).
     static let releaseCLI = TestPaths.packageRoot + "/.build/release/fingerly-identify"
-    static let integrityVerdicts = ["debugger", "tampering", "instrumentation", "automation"]
-
-    struct Verdict {
-        let value: Bool
-        let confidence: String
-        let kind: String?
-        let codes: [String]
-        let messages: [String]
-    }
-
-    /// The result's verdicts, from the one JSON line among a debugger's own chatter.
-    static func verdicts(_ output: ProcessOutput) throws -> [String: Verdict] {
-        let line = try #require(output.standardOutput.split(separator: "\n").first { $0.hasPrefix("{\"") },
-                                "no JSON in the output: \(output.standardOutput.prefix(500)) \(output.standardError.prefix(500))")
-        let json = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
-        let verdicts = try #require(json["verdicts"] as? [String: [String: Any]])
-        return verdicts.mapValues { verdict in
-            let reasons = verdict["reasons"] as? [[String: Any]] ?? []
-            return Verdict(value: verdict["value"] as? Bool ?? false, confidence: verdict["confidence"] as? String ?? "",
-                           kind: verdict["kind"] as? String,
-                           codes: reasons.compactMap { $0["code"] as? String }, messages: reasons.compactMap { $0["message"] as? String })
-        }
-    }
-
     static func buildHook(_ name: String) throws -> String {
         let directory = try TestPaths.temporaryDirectory("hook")
         let library = directory + "/lib\(name).so"
@@ -59,15 +35,15 @@ import Testing
     }
 
     @Test func plainRunIsClean() throws {
-        let found = try Self.verdicts(try runCLI(Self.run))
-        for name in ["debugger", "tampering", "instrumentation"] {
-            let verdict = try #require(found[name])
-            #expect(!verdict.value && verdict.codes.isEmpty, "\(name): \(verdict.messages)")
+        let found = try verdicts(in: try runCLI(Self.run))
+        for name in [VerdictName.debugger, .tampering, .instrumentation] {
+            let verdict = found[name]
+            #expect(!verdict.value && verdict.codes.isEmpty, "\(name.rawValue): \(verdict.messages)")
         }
-        let automation = try #require(found["automation"])
+        let automation = found.automation
         if ProcessInfo.processInfo.environment["CI"].map({ !["false", "0", ""].contains($0.lowercased()) }) == true {
             // On CI the CI variables may show, at low confidence only.
-            #expect(!automation.value || (automation.confidence == "low" && automation.codes == ["ci_environment"]), "\(automation.messages)")
+            #expect(!automation.value || (automation.confidence == .low && automation.codes == ["ci_environment"]), "\(automation.messages)")
         } else {
             #expect(!automation.value && automation.codes.isEmpty, "\(automation.messages)")
         }
@@ -76,8 +52,8 @@ import Testing
     @Test(.enabled(if: installed("gdb"), "gdb is not installed"))
     func gdbIsADebuggerWithHighConfidence() throws {
         let output = try runProcess("/usr/bin/gdb", ["-batch", "-ex", "run", "--args", TestPaths.cli] + Self.run)
-        let debugger = try #require(try Self.verdicts(output)["debugger"])
-        #expect(debugger.value && debugger.confidence == "high")
+        let debugger = try verdicts(in: output).debugger
+        #expect(debugger.value && debugger.confidence == .high)
         #expect(debugger.codes.contains("tracer_pid") && debugger.codes.contains("parent_is_debugger"))
         #expect(debugger.messages.first { $0.contains("traced by pid") }?.contains("gdb") == true, "the tracer is named")
         #expect(debugger.codes.contains("aslr_disabled"))
@@ -86,8 +62,8 @@ import Testing
     @Test(.enabled(if: installed("strace"), "strace is not installed"))
     func straceFollowingForksIsADebuggerWithHighConfidence() throws {
         let output = try runProcess("/usr/bin/strace", ["-f", "-o", "/dev/null", TestPaths.cli] + Self.run)
-        let debugger = try #require(try Self.verdicts(output)["debugger"])
-        #expect(debugger.value && debugger.confidence == "high")
+        let debugger = try verdicts(in: output).debugger
+        #expect(debugger.value && debugger.confidence == .high)
         #expect(debugger.codes.contains("tracer_pid") && debugger.codes.contains("traceme_blocked"))
         #expect(debugger.messages.first { $0.contains("traced by pid") }?.contains("strace") == true)
     }
@@ -98,9 +74,7 @@ import Testing
     func aCollectorStarvedByATracerIsNotReportedClean() throws {
         let output = try runProcess("/usr/bin/strace", ["-f", "-o", "/dev/null", "-e", "trace=all", "-e", "inject=all:delay_enter=20000",
                                                         TestPaths.cli] + Self.run)
-        let line = try #require(output.standardOutput.split(separator: "\n").first { $0.hasPrefix("{\"") },
-                                "no JSON: \(output.standardError.suffix(500))")
-        let result = try JSONDecoder.fingerly.decode(IdentifyResult.self, from: Data(line.utf8))
+        let result = try output.identifyResultLine()
         let timedOut = result.report.probes.filter { $0.status == .timeout }.count
         try #require(timedOut * 2 > result.report.probes.count, "the tracer did not starve the run: \(timedOut) timeouts")
         let debugger = try #require(result.verdicts[.debugger])
@@ -119,7 +93,7 @@ import Testing
         // -e narrows the traced calls: with every PLT entry broken on, ltrace cannot keep up
         // with a Swift program's threads.
         let output = try runProcess("/usr/bin/ltrace", ["-e", "ptrace", "-o", "/dev/null", TestPaths.cli] + Self.run)
-        let debugger = try #require(try Self.verdicts(output)["debugger"])
+        let debugger = try verdicts(in: output).debugger
         #expect(debugger.value)
         #expect(debugger.codes.contains("tracer_pid"))
         #expect(debugger.messages.first { $0.contains("traced by pid") }?.contains("ltrace") == true)
@@ -130,14 +104,15 @@ import Testing
         let library = try Self.buildHook("open")
         var environment = ProcessInfo.processInfo.environment
         environment["LD_PRELOAD"] = library
-        let tampering = try #require(try Self.verdicts(try runCLI(Self.run, environment: environment))["tampering"])
-        #expect(tampering.value && tampering.confidence == "high")
+        let tampering = try verdicts(in: try runCLI(Self.run, environment: environment)).tampering
+        #expect(tampering.value && tampering.confidence == .high)
         #expect(tampering.codes.contains("interposed_symbol") && tampering.codes.contains("ld_preload"))
         let interposition = try #require(tampering.messages.first { $0.hasPrefix("Calls do not reach") })
         #expect(interposition.contains("open -> \(library)"), "names the symbol and the library: \(interposition)")
     }
 
-    @Test(.enabled(if: installed("gcc") && installed("unshare"), "gcc or unshare is not installed"))
+    @Test(.enabled(if: installed("gcc") && installed("unshare"), "gcc or unshare is not installed"),
+          .enabled(if: geteuid() == 0, "needs root: unshare -m and mount --bind over /etc"))
     func theSameHookThroughEtcLdSoPreloadInAPrivateMountNamespace() throws {
         let library = try Self.buildHook("open")
         let scratch = try TestPaths.temporaryDirectory("preload-etc")
@@ -145,8 +120,8 @@ import Testing
         let script = "cp -a /etc \"$1/etc\" && printf '%s\\n' \"$2\" > \"$1/etc/ld.so.preload\" && mount --bind \"$1/etc\" /etc && exec \"$3\" --no-submit --json"
         let output = try runProcess("/usr/bin/unshare", ["-m", "/bin/sh", "-c", script, "sh", scratch, library, TestPaths.cli])
         #expect(!FileManager.default.fileExists(atPath: "/etc/ld.so.preload"), "the host's /etc must not change")
-        let tampering = try #require(try Self.verdicts(output)["tampering"])
-        #expect(tampering.value && tampering.confidence == "high")
+        let tampering = try verdicts(in: output).tampering
+        #expect(tampering.value && tampering.confidence == .high)
         #expect(tampering.codes.contains("ld_so_preload") && tampering.codes.contains("interposed_symbol"))
         #expect(tampering.messages.contains { $0.contains("/etc/ld.so.preload injects \(library)") })
     }
@@ -156,8 +131,8 @@ import Testing
         let library = try Self.buildHook("stealth")
         var environment = ProcessInfo.processInfo.environment
         environment["LD_PRELOAD"] = library
-        let tampering = try #require(try Self.verdicts(try runCLI(Self.run, environment: environment))["tampering"])
-        #expect(tampering.value && tampering.confidence == "high")
+        let tampering = try verdicts(in: try runCLI(Self.run, environment: environment)).tampering
+        #expect(tampering.value && tampering.confidence == .high)
         // Its open/openat/fopen hooks are visible as interposition, and what they filter out of
         // /proc/self/maps is visible through raw system calls.
         #expect(tampering.codes.contains("interposed_symbol") && tampering.codes.contains("libc_view_mismatch"))
@@ -174,7 +149,7 @@ import Testing
         let output = try runProcess("/usr/bin/valgrind", ["-q", Self.releaseCLI, "--no-submit", "--json", "--tiers", "fast",
                                                           "--budget-ms", "120000", "--probe-timeout-ms", "60000"])
         #expect(!output.standardError.contains("corrupted debuginfo"), "\(output.standardError.prefix(2000))")
-        let instrumentation = try #require(try Self.verdicts(output)["instrumentation"])
+        let instrumentation = try verdicts(in: output).instrumentation
         #expect(instrumentation.value && instrumentation.kind == "valgrind")
         #expect(instrumentation.codes.contains("valgrind_mapped"))
     }
@@ -185,7 +160,7 @@ import Testing
         // xvfb-run stops its Xvfb on the way out, but not always before returning: wait, so
         // that later live tests do not see a virtual display that belongs to this one.
         for _ in 0..<100 where Self.virtualDisplayRunning() { usleep(50_000) }
-        let automation = try #require(try Self.verdicts(output)["automation"])
+        let automation = try verdicts(in: output).automation
         #expect(automation.value && automation.kind == "virtual-display")
         #expect(automation.codes.contains("xvfb_run"))
     }

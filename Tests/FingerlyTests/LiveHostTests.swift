@@ -11,41 +11,38 @@ import Testing
     @Test func liveRunAgreesWithWhatTheTestCanSeeItself() throws {
         let run = try runCLI(["--no-submit", "--json", "--tiers", "fast", "--api-key", "live-test"])
         #expect(run.status == 0, "\(run.standardError)")
-        let json = try run.json()
-        let report = try #require(json["report"] as? [String: Any])
-        #expect(report["root"] as? String == "/")
-        var signals: [String: Any] = [:]
-        for probe in try #require(report["probes"] as? [[String: Any]]) {
-            #expect(["ok", "absent", "denied", "skipped"].contains(probe["status"] as? String), "\(probe["id"] ?? "?"): \(probe["status"] ?? "?")")
-            signals.merge(probe["signals"] as? [String: Any] ?? [:]) { first, _ in first }
+        let result = try run.identifyResult()
+        #expect(result.report.root == "/")
+        for probe in result.report.probes {
+            #expect([.ok, .absent, .denied, .skipped].contains(probe.status), "\(probe.id): \(probe.status)")
         }
+        let signals = result.signals
 
         let osRelease = (try? String(contentsOfFile: "/etc/os-release", encoding: .utf8)) ?? ""
         let id = osRelease.split(separator: "\n").first { $0.hasPrefix("ID=") }.map { String($0.dropFirst(3)).trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }
-        #expect(signals["os.id"] as? String == id)
+        #expect(signals["os.id"]?.string == id)
         var names = utsname()
         uname(&names)
         let release = withUnsafeBytes(of: names.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        #expect(signals["os.kernel_release"] as? String == release)
-        #expect(signals["cpu.logical_cores"] as? Int == Int(sysconf(Int32(_SC_NPROCESSORS_CONF))))
+        #expect(signals["os.kernel_release"] == .string(release))
+        #expect(signals["cpu.logical_cores"] == .int(Int(sysconf(Int32(_SC_NPROCESSORS_CONF)))))
         let total = sysconf(Int32(_SC_PHYS_PAGES)) * sysconf(Int32(_SC_PAGESIZE))
-        let reported = try #require(signals["memory.total_bytes"] as? Int)
+        let reported = try #require(signals["memory.total_bytes"]?.int)
         #expect(abs(reported - total) < 1024 * 1024, "MemTotal \(reported) vs sysconf \(total)")
-        #expect(signals["process.uid"] as? Int == Int(getuid()))
-        #expect(signals["process.euid"] as? Int == Int(geteuid()))
+        #expect(signals["process.uid"] == .int(Int(getuid())))
+        #expect(signals["process.euid"] == .int(Int(geteuid())))
         // This test process is the CLI's parent.
         let ownExe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        #expect(signals["process.parent_exe"] as? String == ownExe)
-        #expect(signals["process.stdin_tty"] as? Bool == false, "the test gives the CLI /dev/null as stdin")
+        #expect(signals["process.parent_exe"] == .string(ownExe))
+        #expect(signals["process.stdin_tty"] == .bool(false), "the test gives the CLI /dev/null as stdin")
 
         // The machine-id appears only as its keyed hash, and the hash is the one this key gives.
         if let machineId = try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),
            machineId.count == 32 {
             #expect(!run.standardOutput.contains(machineId))
-            #expect(signals["machine.machine_id"] as? String == IdentifierHasher(apiKey: "live-test").hash(machineId))
+            #expect(signals["machine.machine_id"] == .string(IdentifierHasher(apiKey: "live-test").hash(machineId)))
         }
         let environmentHasPreload = ProcessInfo.processInfo.environment["LD_PRELOAD"] != nil
-        let verdicts = try #require(json["verdicts"] as? [String: [String: Any]])
-        #expect(verdicts["tampering"]?["value"] as? Bool == environmentHasPreload)
+        #expect(result.verdicts.tampering.value == environmentHasPreload)
     }
 }

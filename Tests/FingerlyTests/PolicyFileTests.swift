@@ -10,10 +10,6 @@ import Testing
 // A policy file named on the command line is the operator's, but the path can still point at
 // something that is not a file, and its content is echoed back in errors.
 
-private func loadPolicy(_ json: String) throws(PolicyError) -> Policy {
-    try PolicyLoader(catalogue: .embedded, tables: .embedded).load(Data(json.utf8), source: "test.json")
-}
-
 private let minimalPolicy = #"{"policyVersion": 1, "name": "small", "verdicts": {}}"#
 
 /// Nothing a terminal would act on: no C0 or C1 control, no DEL.

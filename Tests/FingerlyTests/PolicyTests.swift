@@ -6,23 +6,8 @@ import Testing
 @testable import FingerlyPolicy
 @testable import FingerlyProbes
 
-private func loadPolicy(_ json: String) throws(PolicyError) -> Policy {
-    try PolicyLoader(catalogue: .embedded, tables: .embedded).load(Data(json.utf8), source: "test.json")
-}
-
 private func policy(_ verdicts: String) throws -> Policy {
     try loadPolicy(#"{"policyVersion": 1, "name": "t", "verdicts": {"# + verdicts + "}}")
-}
-
-private func report(_ signals: [String: SignalValue], status: ProbeStatus = .ok, probe: String = "test") -> SignalReport {
-    SignalReport(schemaVersion: 1, collectorVersion: "t", collectedAt: Date(), tag: nil, root: "/", tiers: [.fast], budgetMs: 1,
-                 elapsedMs: 0, probes: [ProbeEntry(id: probe, tier: .fast, status: status, durationMs: 0, detail: "why",
-                                                   issues: [], signals: signals, identityComponents: [])],
-                 identity: .derive(from: [], hasher: IdentifierHasher(apiKey: "k")))
-}
-
-private func evaluate(_ policy: Policy, _ signals: [String: SignalValue], status: ProbeStatus = .ok, probe: String = "test") -> [VerdictName: Verdict] {
-    VerdictEngine(policy: policy, catalogue: .embedded).evaluate(report(signals, status: status, probe: probe))
 }
 
 @Suite struct PolicyTests {
@@ -182,10 +167,10 @@ private func evaluate(_ policy: Policy, _ signals: [String: SignalValue], status
     @Test func suspectScoreFollowsWeights() throws {
         let policy = try loadPolicy(#"{"policyVersion": 1, "verdicts": {"debugger": {"rules": [{"id": "t", "when": {"signal": "process.tracer_pid", "greaterThan": 0}, "confidence": "high", "reason": "x"}]}}, "suspect": {"weights": {"debugger": 70}, "confidenceFactors": {"low": 0.25, "medium": 0.6, "high": 1}, "levels": {"medium": 30, "high": 60}}}"#)
         let signals: [String: SignalValue] = ["process.tracer_pid": .int(3)]
-        let result = IdentifyResult.judgedHere(state: .collected, report: report(signals), verdicts: Verdicts(evaluate(policy, signals)), policy: policy)
+        let result = IdentifyResult.judgedHere(state: .collected, report: singleProbeReport(signals), verdicts: Verdicts(evaluate(policy, signals)), policy: policy)
         #expect(result.suspectScore == 70 && result.suspectLevel == .high)
         #expect(result.triggers == [IdentifyTrigger(signal: "t", group: "debugger", weight: 70, confidence: .high)])
-        let calm = IdentifyResult.judgedHere(state: .collected, report: report([:]), verdicts: Verdicts(evaluate(policy, [:])), policy: policy)
+        let calm = IdentifyResult.judgedHere(state: .collected, report: singleProbeReport([:]), verdicts: Verdicts(evaluate(policy, [:])), policy: policy)
         #expect(calm.suspectScore == 0 && calm.suspectLevel == .low && calm.triggers.isEmpty)
     }
 }

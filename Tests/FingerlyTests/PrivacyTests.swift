@@ -12,7 +12,7 @@ import Testing
     /// The CLI's result, decoded into the library's own type.
     static func result(_ output: ProcessOutput) throws -> IdentifyResult {
         try #require(output.status == 0, "exit \(output.status): \(output.standardError)")
-        return try JSONDecoder.fingerly.decode(IdentifyResult.self, from: Data(output.standardOutput.utf8))
+        return try output.identifyResult()
     }
 
     /// Every hash a report carries that could link it to another report of the same host.
@@ -99,8 +99,7 @@ import Testing
     @Test func theStateDirectoryIsTheRealHostsEvenUnderRoot() throws {
         let scratch = try TestPaths.temporaryDirectory("state")
         let root = scratch + "/tree"
-        let copy = try runProcess("/bin/cp", ["-a", TestPaths.fixture("laptop-baremetal") + "/.", root])
-        try #require(copy.status == 0)
+        try TestPaths.copyTree(TestPaths.fixture("laptop-baremetal"), to: root)
         try DeviceFixtures.write("STATE_DIRECTORY=/tree-state\0HOME=/home/tree\0", to: root + "/proc/self/environ")
         var environment = ProcessInfo.processInfo.environment
         environment["STATE_DIRECTORY"] = scratch + "/host-state"
@@ -144,13 +143,7 @@ import Testing
         try DeviceFixtures.write(known, to: scratch + "/planted")
         chmod(scratch + "/planted", 0o600)
         try DeviceFixtures.link(linked + "/identifier-key", to: scratch + "/planted")
-        var all = cases + [("symlink", linked)]
-        if geteuid() == 0 {
-            let foreign = try directory("foreign", secret: known, mode: 0o600)
-            chown(foreign + "/identifier-key", 65534, 65534)
-            all.append(("foreign owner", foreign))
-        }
-        for (label, path) in all {
+        for (label, path) in cases + [("symlink", linked)] {
             guard case .unavailable(let why) = InstallationSecret.loadOrCreate(in: path) else {
                 Issue.record("\(label): the secret was adopted")
                 continue
@@ -160,6 +153,22 @@ import Testing
         // A good one is read back as is.
         let good = try directory("good", secret: known, mode: 0o600)
         #expect(InstallationSecret.loadOrCreate(in: good) == .secret(Array(known.utf8)))
+    }
+
+    /// A secret another user owns could have been planted by that user, whatever its mode.
+    @Test(.enabled(if: geteuid() == 0, "needs root: chown hands the secret file to another user"))
+    func aSecretFileOwnedBySomeoneElseIsRefused() throws {
+        let foreign = try TestPaths.temporaryDirectory("secret-foreign") + "/state"
+        try FileManager.default.createDirectory(atPath: foreign, withIntermediateDirectories: true)
+        #expect(chmod(foreign, 0o700) == 0)
+        try DeviceFixtures.write(String(repeating: "k", count: 32), to: foreign + "/identifier-key")
+        #expect(chmod(foreign + "/identifier-key", 0o600) == 0)
+        #expect(chown(foreign + "/identifier-key", 65534, 65534) == 0)
+        guard case .unavailable(let why) = InstallationSecret.loadOrCreate(in: foreign) else {
+            Issue.record("a secret owned by nobody was adopted")
+            return
+        }
+        #expect(!why.isEmpty)
     }
 
     /// Several first runs at once end up with one secret between them.

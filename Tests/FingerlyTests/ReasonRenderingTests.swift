@@ -9,21 +9,6 @@ import Testing
 // Reason templates come from the policy, the values they quote from the measured host: DMI
 // strings, the environment, LD_PRELOAD. None of them may make the verdicts grow without bound.
 
-private func loadPolicy(_ json: String) throws(PolicyError) -> Policy {
-    try PolicyLoader(catalogue: .embedded, tables: .embedded).load(Data(json.utf8), source: "test.json")
-}
-
-private func hostileReport(_ signals: [String: SignalValue]) -> SignalReport {
-    SignalReport(schemaVersion: 1, collectorVersion: "t", collectedAt: Date(), tag: nil, root: "/", tiers: [.fast], budgetMs: 1,
-                 elapsedMs: 0, probes: [ProbeEntry(id: "test", tier: .fast, status: .ok, durationMs: 0, detail: nil,
-                                                   issues: [], signals: signals, identityComponents: [])],
-                 identity: .derive(from: [], hasher: IdentifierHasher(apiKey: "k")))
-}
-
-private func evaluate(_ policy: Policy, _ signals: [String: SignalValue]) -> [VerdictName: Verdict] {
-    VerdictEngine(policy: policy, catalogue: .embedded).evaluate(hostileReport(signals))
-}
-
 /// What the reasons of all verdicts weigh once encoded: codes and messages.
 private func reasonBytes(_ verdicts: [VerdictName: Verdict]) -> Int {
     verdicts.values.flatMap(\.reasons).reduce(0) { $0 + $1.code.utf8.count + $1.message.utf8.count }
@@ -151,7 +136,7 @@ private let hostileSignals: [String: SignalValue] = {
             #expect(verdict.reasons.count + (verdict.reasonsOmitted ?? 0) == 5_000, "\(name): what was cut is counted")
             #expect(verdict.reasons.first?.code == "rule_0")
         }
-        let result = IdentifyResult.judgedHere(state: .collected, report: hostileReport([:]), verdicts: Verdicts(verdicts), policy: policy)
+        let result = IdentifyResult.judgedHere(state: .collected, report: singleProbeReport([:]), verdicts: Verdicts(verdicts), policy: policy)
         #expect(try JSONEncoder().encode(result).count < 128 * 1024)
     }
 }

@@ -58,7 +58,7 @@ import Testing
         environment["HOME"] = home
         let output = try runCLI(["--no-submit", "--json", "--tiers", "all"], environment: environment)
         try #require(output.status == 0, "exit \(output.status): \(output.standardError)")
-        let result = try JSONDecoder.fingerly.decode(IdentifyResult.self, from: Data(output.standardOutput.utf8))
+        let result = try output.identifyResult()
         let probe = try result.probe("proxy-configuration")
         #expect(probe.issues.contains { $0.path.hasSuffix("/.config/dconf/user") && $0.status == .malformed },
                 "a character device under HOME was read without a word: \(probe.issues)")

@@ -34,6 +34,19 @@ enum TestPaths {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         return path
     }
+
+    /// Copies a tree with modes, owners and links kept (`cp -a`), creating `target` when missing.
+    static func copyTree(_ source: String, to target: String) throws {
+        let copy = try runProcess("/bin/cp", ["-a", source + "/.", target])
+        try #require(copy.status == 0, "cp -a \(source) \(target): \(copy.standardError)")
+    }
+
+    /// A copy of a tree in a fresh temporary directory.
+    static func copyOfTree(_ source: String, label: String) throws -> String {
+        let target = try temporaryDirectory(label)
+        try copyTree(source, to: target)
+        return target
+    }
 }
 
 /// A finished child process.
@@ -43,10 +56,30 @@ struct ProcessOutput {
     let standardError: String
     let wallMs: Double
 
-    func json() throws -> [String: Any] {
-        let object = try JSONSerialization.jsonObject(with: Data(standardOutput.utf8))
-        return try #require(object as? [String: Any])
+    /// Standard output decoded into one of the library's own types, as a client would read it.
+    func decoded<Value: Decodable>(_ type: Value.Type) throws -> Value {
+        try JSONDecoder.fingerly.decode(type, from: Data(standardOutput.utf8))
     }
+
+    /// What `fingerly-identify --json` prints.
+    func identifyResult() throws -> IdentifyResult { try decoded(IdentifyResult.self) }
+
+    /// The result from the one JSON line on standard output, among a debugger's or a script's own chatter.
+    func identifyResultLine() throws -> IdentifyResult {
+        let line = try #require(standardOutput.split(separator: "\n").first { $0.hasPrefix("{\"") },
+                                "no JSON in the output: \(standardOutput.prefix(500)) \(standardError.prefix(500))")
+        return try JSONDecoder.fingerly.decode(IdentifyResult.self, from: Data(line.utf8))
+    }
+}
+
+/// The verdicts of the result line in a CLI run's output.
+func verdicts(in output: ProcessOutput) throws -> Verdicts {
+    try output.identifyResultLine().verdicts
+}
+
+extension Verdict {
+    var codes: [String] { reasons.map(\.code) }
+    var messages: [String] { reasons.map(\.message) }
 }
 
 /// Runs a real process and returns once it exits, or kills it after `timeout` seconds.
@@ -158,13 +191,47 @@ func identify(root: String, ignore: Set<String> = [], apiKey: String? = "test-ke
 }
 
 extension IdentifyResult {
-    func probe(_ id: String) throws -> ProbeEntry {
-        try #require(report.probes.first { $0.id == id }, "no probe \(id) in the report")
-    }
+    func probe(_ id: String) throws -> ProbeEntry { try report.probe(id) }
     var signals: [String: SignalValue] { report.signals }
+}
+
+extension SignalReport {
+    func probe(_ id: String) throws -> ProbeEntry {
+        try #require(probes.first { $0.id == id }, "no probe \(id) in the report")
+    }
+}
+
+/// Typed views of a signal, nil when the signal has another type.
+extension SignalValue {
+    var string: String? { if case .string(let value) = self { value } else { nil } }
+    var strings: [String]? { if case .strings(let value) = self { value } else { nil } }
+    var int: Int? { if case .int(let value) = self { value } else { nil } }
 }
 
 /// Probes by id, as `Fingerly.loadBlocking` takes them.
 func probesById(_ probes: [any Probe]) -> [String: any Probe] {
     Dictionary(probes.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+}
+
+/// A policy from text, checked against the embedded catalogue and tables.
+func loadPolicy(_ json: String) throws(PolicyError) -> Policy {
+    try PolicyLoader(catalogue: .embedded, tables: .embedded).load(Data(json.utf8), source: "test.json")
+}
+
+/// A report of one probe carrying these signals: what a policy judges, without collecting anything.
+func singleProbeReport(_ signals: [String: SignalValue], status: ProbeStatus = .ok, probe: String = "test",
+                       detail: String? = nil) -> SignalReport {
+    SignalReport(schemaVersion: 1, collectorVersion: "t", collectedAt: Date(), tag: nil, root: "/", tiers: [.fast], budgetMs: 1,
+                 elapsedMs: 0, probes: [ProbeEntry(id: probe, tier: .fast, status: status, durationMs: 0, detail: detail,
+                                                   issues: [], signals: signals, identityComponents: [])],
+                 identity: .derive(from: [], hasher: IdentifierHasher(apiKey: "k")))
+}
+
+/// The verdicts a policy gives these signals, from one probe that ended with `status`.
+func evaluate(_ policy: Policy, _ signals: [String: SignalValue], status: ProbeStatus = .ok, probe: String = "test") -> [VerdictName: Verdict] {
+    VerdictEngine(policy: policy, catalogue: .embedded).evaluate(singleProbeReport(signals, status: status, probe: probe, detail: "why"))
+}
+
+func runShell(_ script: String, _ arguments: String...) throws -> ProcessOutput {
+    try runProcess("/bin/sh", ["-c", script, "sh"] + arguments)
 }

@@ -204,7 +204,7 @@ final class LoopbackListener: @unchecked Sendable {
                                                     "--pin", pins.joined(separator: ",")] + arguments,
                                     environment: variables, timeout: 60)
         try #require(output.status == 0, "exit \(output.status): \(output.standardError.prefix(500))")
-        return (try JSONDecoder.fingerly.decode(IdentifyResult.self, from: Data(output.standardOutput.utf8)), output.wallMs)
+        return (try output.identifyResult(), output.wallMs)
     }
 
     static func lines(_ result: IdentifyResult, _ signal: String) -> [String] {

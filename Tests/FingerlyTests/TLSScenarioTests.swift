@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+@testable import FingerlyModel
 
 /// The proxy and mitm verdicts on real trust stores. Every change to the store happens inside a
 /// private mount namespace over copies of /etc/ssl, /usr/local/share/ca-certificates and
@@ -35,11 +36,11 @@ import Testing
 
     /// The mitm verdict after `ca` is installed the Debian way: copied into the local directory,
     /// then update-ca-certificates, inside the private store.
-    static func mitmAfterInstalling(_ ca: String, as name: String) throws -> IntegrityScenarioTests.Verdict {
-        try #require(try verdicts(try runInPrivateStore("""
+    static func mitmAfterInstalling(_ ca: String, as name: String) throws -> Verdict {
+        try verdicts(in: try runInPrivateStore("""
             cp "\(ca)" /usr/local/share/ca-certificates/\(name).crt
             update-ca-certificates >/dev/null 2>&1
-            """))["mitm"])
+            """)).mitm
     }
 
     /// A self-signed CA made with openssl; returns the PEM file's path.
@@ -52,11 +53,8 @@ import Testing
         return directory + "/\(name).crt"
     }
 
-    static func verdicts(_ output: ProcessOutput) throws -> [String: IntegrityScenarioTests.Verdict] {
-        try IntegrityScenarioTests.verdicts(output)
-    }
-
-    @Test(.enabled(if: available, "unshare, openssl or update-ca-certificates is missing"))
+    @Test(.enabled(if: available, "unshare, openssl or update-ca-certificates is missing"),
+          .enabled(if: geteuid() == 0, "needs root: the private store is a mount namespace with bind mounts over /etc/ssl"))
     func aStoreOfPackagedRootsOnlyIsClean() throws {
         let output = try Self.runInPrivateStore("""
             rm -rf /usr/local/share/ca-certificates/*
@@ -66,9 +64,9 @@ import Testing
             find /etc/ssl/certs -maxdepth 1 -type f -name '*.pem' -delete
             update-ca-certificates --fresh >/dev/null 2>&1
             """)
-        let found = try Self.verdicts(output)
-        #expect(found["mitm"]?.value == false, "\(found["mitm"]?.messages ?? [])")
-        #expect(found["proxy"]?.value == false, "\(found["proxy"]?.messages ?? [])")
+        let found = try verdicts(in: output)
+        #expect(!found.mitm.value, "\(found.mitm.messages)")
+        #expect(!found.proxy.value, "\(found.proxy.messages)")
     }
 
     @Test func theLiveStoreReportsEveryLocallyAddedRoot() throws {
@@ -82,8 +80,8 @@ import Testing
                 commonNames.append(line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces))
             }
         }
-        let found = try Self.verdicts(try runCLI(["--no-submit", "--json", "--free-text", "keep"], removing: Self.proxyVariables))
-        let mitm = try #require(found["mitm"])
+        let found = try verdicts(in: try runCLI(["--no-submit", "--json", "--free-text", "keep"], removing: Self.proxyVariables))
+        let mitm = found.mitm
         if commonNames.isEmpty {
             #expect(!mitm.codes.contains("locally_added_root") || !mitm.messages.contains { $0.contains(directory) })
         } else {
@@ -99,22 +97,24 @@ import Testing
         for name in Self.proxyVariables { environment[name] = nil }
         environment["HTTPS_PROXY"] = "http://alice:s3cret@127.0.0.1:8080"
         let run = try runCLI(["--no-submit", "--json"], environment: environment)
-        let proxy = try #require(try Self.verdicts(run)["proxy"])
+        let proxy = try verdicts(in: run).proxy
         #expect(proxy.value && proxy.codes.contains("proxy_environment"))
         #expect(proxy.messages.contains { $0.contains("HTTPS_PROXY") && $0.contains("http://127.0.0.1:8080") })
         #expect(!run.standardOutput.contains("s3cret") && !run.standardOutput.contains("alice:"))
     }
 
-    @Test(.enabled(if: available, "unshare, openssl or update-ca-certificates is missing"))
+    @Test(.enabled(if: available, "unshare, openssl or update-ca-certificates is missing"),
+          .enabled(if: geteuid() == 0, "needs root: the private store is a mount namespace with bind mounts over /etc/ssl"))
     func aMitmproxyCAInstalledWithUpdateCACertificatesIsAnInterceptionTool() throws {
         let ca = try Self.makeCA("/CN=mitmproxy/O=mitmproxy", name: "mitmproxy")
         let mitm = try Self.mitmAfterInstalling(ca, as: "mitmproxy")
-        #expect(mitm.value && mitm.confidence == "high" && mitm.kind == "mitmproxy")
+        #expect(mitm.value && mitm.confidence == .high && mitm.kind == "mitmproxy")
         #expect(mitm.codes.contains("interception_tool_ca"))
         #expect(mitm.messages.contains { $0.contains("mitmproxy (interception tool)") })
     }
 
-    @Test(.enabled(if: available, "unshare, openssl or update-ca-certificates is missing"))
+    @Test(.enabled(if: available, "unshare, openssl or update-ca-certificates is missing"),
+          .enabled(if: geteuid() == 0, "needs root: the private store is a mount namespace with bind mounts over /etc/ssl"))
     func aZscalerLikeCAIsCorporateInspection() throws {
         let ca = try Self.makeCA("/C=US/O=Zscaler Inc./OU=Zscaler Inc./CN=Zscaler Root CA", name: "zscaler")
         let mitm = try Self.mitmAfterInstalling(ca, as: "zscaler")
@@ -122,22 +122,24 @@ import Testing
         #expect(mitm.messages.contains { $0.contains("corporate TLS inspection") })
     }
 
-    @Test(.enabled(if: available, "unshare, openssl or update-ca-certificates is missing"))
+    @Test(.enabled(if: available, "unshare, openssl or update-ca-certificates is missing"),
+          .enabled(if: geteuid() == 0, "needs root: the private store is a mount namespace with bind mounts over /etc/ssl"))
     func aCAAppendedOnlyToTheBundleIsLocallyAdded() throws {
         let ca = try Self.makeCA("/CN=Appended Root/O=Nobody Ships This", name: "appended")
-        let mitm = try #require(try Self.verdicts(try Self.runInPrivateStore("""
+        let mitm = try verdicts(in: try Self.runInPrivateStore("""
             cat "\(ca)" >> /etc/ssl/certs/ca-certificates.crt
-            """))["mitm"])
+            """)).mitm
         #expect(mitm.value && mitm.codes.contains("locally_added_root"))
         #expect(mitm.messages.contains { $0.contains("CN=Appended Root") && $0.contains("(the bundle only)") })
     }
 
     @Test(.enabled(if: available && FileManager.default.fileExists(atPath: "/usr/share/ca-certificates/mozilla/ISRG_Root_X1.crt"),
-                   "the tools or the packaged ISRG Root X1 are missing"))
+                   "the tools or the packaged ISRG Root X1 are missing"),
+          .enabled(if: geteuid() == 0, "needs root: the private store is a mount namespace with bind mounts over /etc/ssl"))
     func aCACopyingAPackagedRootsNameWithAFreshKeyIsHighConfidence() throws {
         let ca = try Self.makeCA("/C=US/O=Internet Security Research Group/CN=ISRG Root X1", name: "isrg-copy")
         let mitm = try Self.mitmAfterInstalling(ca, as: "isrg-copy")
-        #expect(mitm.value && mitm.confidence == "high" && mitm.codes.contains("impersonating_root"))
+        #expect(mitm.value && mitm.confidence == .high && mitm.codes.contains("impersonating_root"))
         #expect(mitm.messages.contains { $0.contains("ISRG Root X1") && $0.contains("different key") })
     }
 
@@ -163,11 +165,11 @@ import Testing
         let output = try runProcess("/bin/bash", ["-c", script, "bash", ca, key, port, TestPaths.cli], removing: Self.proxyVariables, timeout: 120)
         let halves = output.standardOutput.components(separatedBy: "----\n")
         try #require(halves.count == 2, "\(output.standardOutput.prefix(300)) \(output.standardError.prefix(300))")
-        let match = try Self.verdicts(ProcessOutput(status: 0, standardOutput: halves[0], standardError: "", wallMs: 0))
-        #expect(match["mitm"]?.codes.contains("pin_mismatch") == false)
+        let match = try verdicts(in: ProcessOutput(status: 0, standardOutput: halves[0], standardError: "", wallMs: 0))
+        #expect(!match.mitm.codes.contains("pin_mismatch"))
         #expect(halves[0].contains("pin matches"))
-        let mismatch = try #require(try Self.verdicts(ProcessOutput(status: 0, standardOutput: halves[1], standardError: "", wallMs: 0))["mitm"])
-        #expect(mismatch.value && mismatch.confidence == "high" && mismatch.codes.contains("pin_mismatch"))
+        let mismatch = try verdicts(in: ProcessOutput(status: 0, standardOutput: halves[1], standardError: "", wallMs: 0)).mitm
+        #expect(mismatch.value && mismatch.confidence == .high && mismatch.codes.contains("pin_mismatch"))
         #expect(mismatch.messages.contains { $0.contains("issued by 'O=Fingerly Test,CN=pin-check.test'") }, "\(mismatch.messages)")
     }
 }
