@@ -20,14 +20,20 @@ let package = Package(
         .systemLibrary(name: "CBlkid", pkgConfig: "blkid", providers: [.apt(["libblkid-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
 
-        // What Swift cannot call directly: inline asm (CPUID), raw system calls, OpenSSL's macros.
-        .target(name: "CFingerlyShims", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        // What Swift cannot call directly (inline asm, raw system calls, ioctls, OpenSSL's macros),
+        // one target per concern. Each hands back C structs, called only through FingerlyHost.
+        .target(name: "CFingerlyCPUID"),
+        .target(name: "CFingerlyIntegrity"),
+        .target(name: "CFingerlyTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        .target(name: "CFingerlyNetDevice"),
+        .target(name: "CFingerlyFiles"),
 
         .target(name: "FingerlyModel"),
-        .target(name: "FingerlyHost", dependencies: ["CFingerlyShims"]),
+        .target(name: "FingerlyHost",
+                dependencies: ["CFingerlyCPUID", "CFingerlyIntegrity", "CFingerlyTLS", "CFingerlyNetDevice", "CFingerlyFiles"]),
         .target(
             name: "FingerlyProbes",
-            dependencies: ["FingerlyModel", "FingerlyHost", "CFingerlyShims", "CCrypto", "CUdev", "CBlkid"],
+            dependencies: ["FingerlyModel", "FingerlyHost", "CCrypto", "CUdev", "CBlkid"],
             resources: [
                 // Symlinks to the top-level probes/ data, compiled into the binary so an
                 // installed copy never looks for the build tree.
@@ -47,7 +53,7 @@ let package = Package(
         .testTarget(
             name: "FingerlyTests",
             dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
-                           "FingerlyIdentifyCommand", "CUdev", "CBlkid"]
+                           "FingerlyIdentifyCommand", "CFingerlyFiles", "CUdev", "CBlkid"]
         ),
         // Only what an application sees: `import Fingerly`, no @testable.
         .testTarget(name: "FingerlyExampleTests", dependencies: ["Fingerly"]),

@@ -3,7 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import CFingerlyShims
+import CFingerlyFiles
 import Synchronization
 
 /// Why a host read produced no usable content.
@@ -246,13 +246,14 @@ package struct HostFileSystem: Sendable {
         // /proc files give no size up front: start small and read again, larger, only when full.
         var capacity = min(limit, 64 * 1024)
         while true {
-            var buffer = [UInt8](repeating: 0, count: capacity)
-            let count = buffer.withUnsafeMutableBytes { raw in
-                fingerly_raw_read_file(path, raw.baseAddress!.assumingMemoryBound(to: CChar.self), capacity)
+            let bytes: [UInt8]
+            do {
+                bytes = try ProcessIntegrity.readBypassingLibc(path, capacity: capacity)
+            } catch {
+                throw HostReadError(path: path, systemError: error)
             }
-            guard count >= 0 else { throw HostReadError(path: path, systemError: SystemError(Int32(-count))) }
-            allowance?.charge(count)
-            if count < capacity || capacity == limit { return Array(buffer[0..<count]) }
+            allowance?.charge(bytes.count)
+            if bytes.count < capacity || capacity == limit { return bytes }
             try allowance?.check(path)
             capacity = min(limit, capacity * 4)
         }

@@ -1,4 +1,4 @@
-import CFingerlyShims
+import CFingerlyFiles
 import Foundation
 import Testing
 @testable import Fingerly

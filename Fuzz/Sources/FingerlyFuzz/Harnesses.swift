@@ -125,7 +125,7 @@ enum Harnesses {
         let split = bytes.firstIndex(of: 0)
         let shipped = split.map { Array(bytes[..<$0]) } ?? []
         let bundle = split.map { Array(bytes[($0 + 1)...]) } ?? bytes
-        _ = CertificateSummary.fingerprints(bundle)
+        _ = try? Certificates.fingerprints(ofPEM: bundle)
         root.write(TrustStore.packaged + "/fuzz.crt", shipped)
         root.write(TrustStore.bundle, bundle)
         _ = TrustStore.read(root.context())

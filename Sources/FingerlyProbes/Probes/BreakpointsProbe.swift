@@ -1,4 +1,3 @@
-import CFingerlyShims
 import FingerlyHost
 import FingerlyModel
 
@@ -20,8 +19,8 @@ package struct BreakpointsProbe: Probe {
     static func watchedEntries() -> [(String, UnsafeRawPointer?)] {
         let collect: @convention(c) () -> Void = fingerlyCollectEntry
         return [
-            ("_r_debug.r_brk", fingerly_loader_breakpoint_address().map { UnsafeRawPointer($0) }),
-            ("fingerly_raw_read_file", fingerly_shim_entry().map { UnsafeRawPointer($0) }),
+            ("_r_debug.r_brk", ProcessIntegrity.loaderBreakpointAddress),
+            ("fingerly_raw_read_file", ProcessIntegrity.shimEntry),
             ("fingerly_collect_entry", unsafeBitCast(collect, to: UnsafeRawPointer?.self)),
         ]
     }

@@ -1,4 +1,3 @@
-import CFingerlyShims
 import FoundationEssentials
 import FingerlyHost
 import FingerlyModel
@@ -39,14 +38,13 @@ package struct CPUIDProbe: Probe {
     }
 
     static func liveObservation() throws(ProbeFailure) -> Observation {
-        var registers = fingerly_cpuid_registers()
-        guard fingerly_cpuid(1, 0, &registers) else {
+        guard let features = CPUID.query(leaf: 1) else {
             throw ProbeFailure(.skipped, "this architecture has no CPUID instruction")
         }
-        let hypervisorBit = registers.ecx & (1 << 31) != 0
+        let hypervisorBit = features.ecx & (1 << 31) != 0
         // Leaf 0x40000000 is only defined under a hypervisor; on bare metal it returns
         // whatever the highest basic leaf holds.
-        guard hypervisorBit, fingerly_cpuid(0x4000_0000, 0, &registers) else {
+        guard hypervisorBit, let registers = CPUID.query(leaf: 0x4000_0000) else {
             return Observation(vendor: nil, hypervisorBit: hypervisorBit)
         }
         var bytes: [UInt8] = []

@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import CFingerlyShims
 import FingerlyHost
 import FingerlyModel
 
@@ -18,18 +17,14 @@ package struct CodeIntegrityProbe: Probe {
         var breakpoints: [String] = []
         var checked = 0
         for (name, address) in Self.functions() {
-            var memory = [UInt8](repeating: 0, count: Self.compared)
-            var disk = [UInt8](repeating: 0, count: Self.compared)
-            var path = [CChar](repeating: 0, count: 1024)
-            let same = fingerly_compare_code_with_file(address, &memory, &disk, Self.compared, &path, path.count)
-            guard same >= 0 else { continue }
+            guard let comparison = ProcessIntegrity.compareCodeWithFile(at: address, count: Self.compared) else { continue }
             checked += 1
-            guard same == 0 else { continue }
-            let file = String(decoding: path.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if BreakpointsProbe.startsWithBreakpoint(address) && !BreakpointsProbe.startsWithBreakpoint(disk) {
+            guard !comparison.matches else { continue }
+            let file = comparison.path
+            if BreakpointsProbe.startsWithBreakpoint(address) && !BreakpointsProbe.startsWithBreakpoint(comparison.disk) {
                 breakpoints.append("\(name) in \(file)")
             } else {
-                hooks.append("\(name) in \(file): \(Self.describe(memory))")
+                hooks.append("\(name) in \(file): \(Self.describe(comparison.memory))")
             }
         }
         context.emit("integrity.functions_checked", checked)

@@ -1,4 +1,3 @@
-import CFingerlyShims
 import FingerlyHost
 import FingerlyModel
 
@@ -6,10 +5,17 @@ import FingerlyModel
 /// for: preloaded, injected or dlopen'ed from outside.
 package struct LoadedObjectsProbe: Probe {
     package let id = "loaded-objects"
+    /// The most objects and DT_NEEDED names taken from the loader.
+    var objectLimit = ProcessIntegrity.objectLimit
+    var neededLimit = ProcessIntegrity.neededLimit
+    static let cutDetail = "more loaded objects or needed names than one listing holds: some were not examined"
+    static let truncatedDetail = "a loaded object's path or name is longer than its field: shown cut"
 
     struct LoadedObjects {
         let objects: [(path: String, soname: String)]
         let needed: Set<String>
+        let isCut: Bool
+        let hasTruncatedName: Bool
 
         func explains(_ path: String, soname: String, plugins: [String]) -> Bool {
             let name = String(path.split(separator: "/").last ?? "")
@@ -21,23 +27,17 @@ package struct LoadedObjectsProbe: Probe {
     }
 
     /// Every object the dynamic loader knows, with the DT_NEEDED names they all ask for.
-    static func loadedObjects() -> LoadedObjects {
-        var buffer = [CChar](repeating: 0, count: 256 * 1024)
-        let length = fingerly_loaded_objects(&buffer, buffer.count)
-        let listing = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        var objects: [(path: String, soname: String)] = []
-        var needed: Set<String> = []
-        for line in listing.split(separator: "\n") {
-            let fields = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
-            if fields.first == "O", fields.count >= 3 { objects.append((fields[1], fields[2])) }
-            if fields.first == "N", fields.count >= 2 { needed.insert(fields[1]) }
-        }
-        return LoadedObjects(objects: objects, needed: needed)
+    static func loadedObjects(objectLimit: Int = ProcessIntegrity.objectLimit, neededLimit: Int = ProcessIntegrity.neededLimit) -> LoadedObjects {
+        let listing = ProcessIntegrity.loadedObjects(objectLimit: objectLimit, neededLimit: neededLimit)
+        return LoadedObjects(objects: listing.objects.map { ($0.path, $0.soname) }, needed: Set(listing.objects.flatMap(\.needed)),
+                             isCut: listing.isCut, hasTruncatedName: listing.objects.contains(where: \.hasTruncatedName))
     }
 
     package func collect(into context: ProbeContext) throws(ProbeFailure) {
         guard context.host.isLiveHost else { throw ProbeFailure(.skipped, "inspects this process's loaded objects; a root tree has none") }
-        let loaded = Self.loadedObjects()
+        let loaded = Self.loadedObjects(objectLimit: objectLimit, neededLimit: neededLimit)
+        if loaded.isCut { context.recordMalformed("dl_iterate_phdr", Self.cutDetail) }
+        if loaded.hasTruncatedName { context.recordMalformed("dl_iterate_phdr", Self.truncatedDetail) }
         let objects = loaded.objects
         let unexplained = objects.filter { !loaded.explains($0.path, soname: $0.soname, plugins: context.tables.strings("dlopenPlugins")) }.map(\.path)
         context.emit("loader.object_count", objects.count)

@@ -1,4 +1,3 @@
-import CFingerlyShims
 import FingerlyHost
 import FingerlyModel
 
@@ -62,10 +61,13 @@ package struct NetworkInterfacesProbe: Probe {
     /// randomised or user-set MAC), else the current one when addr_assign_type is 0 (NET_ADDR_PERM).
     static func permanentAddress(of interface: DeviceNode, live: Bool) -> String? {
         if live {
-            var bytes = [UInt8](repeating: 0, count: 6)
-            if fingerly_permanent_mac(interface.sysname, &bytes) == 0, bytes.contains(where: { $0 != 0 }) {
-                return bytes.map { String($0, radix: 16).leftPadded(2) }.joined(separator: ":")
-            }
+            // A driver without a permanent address (most virtual ones) leaves the sysfs attributes.
+            do {
+                let bytes = try NetworkDevice.permanentAddress(of: interface.sysname)
+                if bytes.contains(where: { $0 != 0 }) {
+                    return bytes.map { String($0, radix: 16).leftPadded(2) }.joined(separator: ":")
+                }
+            } catch {}
         }
         guard interface.attributes["addr_assign_type"] == "0" else { return nil }
         return interface.attributes["address"]?.lowercased()

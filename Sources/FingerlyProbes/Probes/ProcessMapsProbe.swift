@@ -29,6 +29,7 @@ package struct ProcessMapsProbe: Probe {
         // libudev.so.1.7.5, and both are the same file.
         guard host.isLiveHost else { return }
         let loaded = LoadedObjectsProbe.loadedObjects()
+        if loaded.isCut { context.recordMalformed("dl_iterate_phdr", LoadedObjectsProbe.cutDetail) }
         var known: Set<FileIdentity> = []
         for object in loaded.objects {
             // The vDSO and the like have a name but no file.

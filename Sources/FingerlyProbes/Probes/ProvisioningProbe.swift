@@ -1,4 +1,3 @@
-import CFingerlyShims
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,4 +1,3 @@
-import CFingerlyShims
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -17,10 +16,10 @@ package struct PtraceSelfTestProbe: Probe {
         let yama = context.attemptIfPresent { () throws(HostReadError) in try context.host.readAttribute("/proc/sys/kernel/yama/ptrace_scope") }
             .flatMap { Int($0) }
         if let yama { context.emit("debug.yama_ptrace_scope", yama) }
-        switch fingerly_traceme_selftest() {
-        case 0: context.emit("debug.traceme", "allowed")
-        case EPERM where (yama ?? 0) >= 2: context.emit("debug.traceme", "restricted")
-        case EPERM: context.emit("debug.traceme", "blocked")
+        switch ProcessIntegrity.traceMeSelfTest() {
+        case .allowed: context.emit("debug.traceme", "allowed")
+        case .refused(let error) where error.code == EPERM && (yama ?? 0) >= 2: context.emit("debug.traceme", "restricted")
+        case .refused(let error) where error.code == EPERM: context.emit("debug.traceme", "blocked")
         default: context.emit("debug.traceme", "unavailable")
         }
     }

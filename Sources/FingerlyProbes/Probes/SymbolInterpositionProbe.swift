@@ -1,4 +1,3 @@
-import CFingerlyShims
 import FingerlyHost
 import FingerlyModel
 
@@ -23,12 +22,7 @@ package struct SymbolInterpositionProbe: Probe {
 
     /// The object that global lookups of `symbol` reach when it is not `library` itself.
     static func interposer(of symbol: String, in library: String) -> String? {
-        var address: UnsafeRawPointer?
-        var global = [CChar](repeating: 0, count: 1024)
-        var inside = [CChar](repeating: 0, count: 1024)
-        let same = fingerly_symbol_origin(symbol, library, &address, &global, global.count, &inside, inside.count)
-        guard same == 0 else { return nil }
-        let path = String(decoding: global.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard case .interposed(let path) = ProcessIntegrity.symbolOrigin(of: symbol, in: library) else { return nil }
         return path.isEmpty ? "an unnamed mapping" : path
     }
 }

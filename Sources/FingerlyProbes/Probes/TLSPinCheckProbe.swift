@@ -1,4 +1,3 @@
-import CFingerlyShims
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -122,6 +121,8 @@ package struct TLSPinCheckProbe: Probe {
         let reason: String
         /// What was presented, leaf first; empty without a handshake.
         let chain: [CertificateSummary]
+        /// What of the chain or the reason is missing or cut, for the probe's issues.
+        var cutDetail: String? = nil
 
         /// The line for tls.pin_checks (and tls.pin_unconfirmed); a mismatch's is written by the probe.
         var line: String {
@@ -158,6 +159,7 @@ package struct TLSPinCheckProbe: Probe {
                 continue
             }
             let outcome = Self.run(check, proxy: Self.proxy(for: check.host, environment: environment), deadline: checkDeadline)
+            if let detail = outcome.cutDetail { context.recordMalformed(outcome.endpoint, detail) }
             switch outcome.kind {
             case .confirmed:
                 results.append(outcome.line)
@@ -198,32 +200,30 @@ package struct TLSPinCheckProbe: Probe {
         guard remaining >= 1 else {
             return Outcome(kind: .unconfirmed, endpoint: endpoint, reason: "timed out before it could start", chain: [])
         }
-        var chainBuffer = [CChar](repeating: 0, count: 256 * 1024)
-        var detailBuffer = [CChar](repeating: 0, count: 512)
-        let status = fingerly_tls_pin_check(check.host, String(check.port), proxy?.host, proxy.map { String($0.port) },
-                                            check.pins.joined(separator: "\n"), Int32(min(remaining, 600_000)),
-                                            &chainBuffer, chainBuffer.count, &detailBuffer, detailBuffer.count)
-        func text(_ buffer: [CChar]) -> String {
-            String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        }
-        let chain = CertificateSummary.lines(text(chainBuffer))
-        let detail = text(detailBuffer)
+        let result = TLSClient.checkPin(host: check.host, port: check.port, proxy: proxy, pins: check.pins,
+                                        timeoutMs: Int32(min(remaining, 600_000)))
+        let detail = result.detail
         let withDetail = { (reason: String) in detail.isEmpty ? reason : "\(reason): \(detail)" }
+        var cut: [String] = []
+        if result.chainCut { cut.append("the first \(result.chain.count) of \(result.chainPresented) presented certificates described") }
+        if result.chain.contains(where: \.hasTruncatedName) { cut.append("a subject or issuer longer than \(Certificates.nameLimit) bytes shown cut") }
+        if result.detailTruncated { cut.append("the reason shown cut") }
         func outcome(_ kind: Outcome.Kind, _ reason: String) -> Outcome {
-            Outcome(kind: kind, endpoint: endpoint, reason: reason, chain: chain)
+            Outcome(kind: kind, endpoint: endpoint, reason: reason, chain: result.chain,
+                    cutDetail: cut.isEmpty ? nil : cut.joined(separator: "; "))
         }
-        switch status {
-        case FINGERLY_PIN_CONFIRMED.rawValue: return outcome(.confirmed, "")
-        case FINGERLY_PIN_MISMATCH.rawValue: return outcome(.mismatch, detail.isEmpty ? "no pinned key on a verified path" : detail)
-        case FINGERLY_PIN_NOT_VALID.rawValue: return outcome(.unconfirmed, withDetail("the chain reaches a pinned key but is not valid"))
-        case FINGERLY_PIN_NO_CONNECTION.rawValue: return outcome(.unconfirmed, "no connection")
-        case FINGERLY_PIN_NO_ADDRESS.rawValue: return outcome(.unconfirmed, "the host name did not resolve")
-        case FINGERLY_PIN_PROXY_REFUSED.rawValue: return outcome(.unconfirmed, "the proxy refused CONNECT")
-        case FINGERLY_PIN_HANDSHAKE_FAILED.rawValue: return outcome(.unconfirmed, withDetail("the TLS handshake failed"))
-        case FINGERLY_PIN_NO_CERTIFICATE.rawValue: return outcome(.unconfirmed, "no certificate was presented")
-        case FINGERLY_PIN_TIMED_OUT.rawValue: return outcome(.unconfirmed, "timed out at the probe's deadline")
-        case FINGERLY_PIN_INVALID_REQUEST.rawValue: return outcome(.unconfirmed, withDetail("not sent"))
-        default: return outcome(.unconfirmed, withDetail("the verification could not run"))
+        switch result.status {
+        case .confirmed: return outcome(.confirmed, "")
+        case .mismatch: return outcome(.mismatch, detail.isEmpty ? "no pinned key on a verified path" : detail)
+        case .notValid: return outcome(.unconfirmed, withDetail("the chain reaches a pinned key but is not valid"))
+        case .noConnection: return outcome(.unconfirmed, "no connection")
+        case .noAddress: return outcome(.unconfirmed, "the host name did not resolve")
+        case .proxyRefused: return outcome(.unconfirmed, "the proxy refused CONNECT")
+        case .handshakeFailed: return outcome(.unconfirmed, withDetail("the TLS handshake failed"))
+        case .noCertificate: return outcome(.unconfirmed, "no certificate was presented")
+        case .timedOut: return outcome(.unconfirmed, "timed out at the probe's deadline")
+        case .invalidRequest: return outcome(.unconfirmed, withDetail("not sent"))
+        case .verificationFailed: return outcome(.unconfirmed, withDetail("the verification could not run"))
         }
     }
 

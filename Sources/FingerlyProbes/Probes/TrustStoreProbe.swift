@@ -1,32 +1,9 @@
-import CFingerlyShims
 import FoundationEssentials
 import FingerlyHost
 import FingerlyModel
 
 /// One certificate as libcrypto describes it.
-package struct CertificateSummary: Hashable {
-    let fingerprint: String
-    /// SHA-256 of the SubjectPublicKeyInfo, base64: the value HPKP-style pins use.
-    let pin: String
-    let subject: String
-    let issuer: String
-
-    /// Fingerprints only: decoding base64 and hashing costs a fraction of a full X.509 parse.
-    static func fingerprints(_ bytes: [UInt8]) -> [String] {
-        var buffer = [CChar](repeating: 0, count: 16 * 1024)
-        let length = bytes.withUnsafeBufferPointer { data in
-            data.withMemoryRebound(to: CChar.self) { fingerly_certificate_fingerprints($0.baseAddress, $0.count, &buffer, buffer.count) }
-        }
-        return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self).split(separator: "\n").map(String.init)
-    }
-
-    static func lines(_ text: String) -> [CertificateSummary] {
-        text.split(separator: "\n").compactMap { line in
-            let fields = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
-            return fields.count == 4 ? CertificateSummary(fingerprint: fields[0], pin: fields[1], subject: fields[2], issuer: fields[3]) : nil
-        }
-    }
-}
+package typealias CertificateSummary = CertificateDescription
 
 /// Where trusted roots come from, on Debian's layout (ca-certificates).
 package struct TrustStore {
@@ -34,6 +11,10 @@ package struct TrustStore {
     /// Debian's bundle is about 220 KiB.
     static let fileLimit = 2 * 1024 * 1024
     static let scanCutDetail = "more locally added certificates than one scan describes: some were not examined"
+    static let fingerprintCutDetail = "more certificates than one scan fingerprints: some were not examined"
+    static let nameCutDetail = "a certificate's subject or issuer is longer than \(Certificates.nameLimit) bytes: shown cut"
+    /// The most locally added certificates one file is described with.
+    static let localRootLimit = 1024
     static let certificateDirectory = "/etc/ssl/certs"
     static let packaged = "/usr/share/ca-certificates/mozilla"
     static let localDirectory = "/usr/local/share/ca-certificates"
@@ -51,14 +32,25 @@ package struct TrustStore {
     let packagedCount: Int
     let localRoots: [LocalRoot]
 
-    static func read(_ context: ProbeContext) -> TrustStore? {
+    static func read(_ context: ProbeContext, localRootLimit: Int = localRootLimit) -> TrustStore? {
         let host = context.host
         func bytes(_ path: String) -> [UInt8]? {
             // Whole or not at all: OpenSSL reads every certificate of the file, so padding in front
             // of an added root must not push it past what is read.
             context.attemptIfPresent { () throws(HostReadError) in try host.readWhole(path, limit: Self.fileLimit) }
         }
-        func fingerprints(_ path: String) -> [String] { bytes(path).map(CertificateSummary.fingerprints) ?? [] }
+        func fingerprints(_ path: String) -> [String] {
+            guard let contents = bytes(path) else { return [] }
+            do {
+                // Fingerprints only: decoding base64 and hashing costs a fraction of a full X.509 parse.
+                let found = try Certificates.fingerprints(ofPEM: contents)
+                if found.isCut { context.recordMalformed(path, Self.fingerprintCutDetail) }
+                return found.fingerprints
+            } catch {
+                context.record(HostReadError(path: path, systemError: error))
+                return []
+            }
+        }
 
         var packaged: Set<String> = []
         for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(Self.packaged) }) ?? [] where name.hasSuffix(".crt") {
@@ -91,7 +83,7 @@ package struct TrustStore {
             sources.append(path)
         }
 
-        let shipped = packaged.sorted().joined(separator: "\n")
+        let shipped = packaged.sorted()
         var seen: Set<String> = []
         var roots: [LocalRoot] = []
         var packagedCount = 0
@@ -100,30 +92,22 @@ package struct TrustStore {
             guard let contents = bytes(path) else { continue }
             readAny = true
             let source = (path: path, bytes: contents)
-            // A local root's line is at most about 2.2 KiB and its certificate at least a few hundred
-            // bytes: twice the file holds every line. Near full still means lines were dropped.
-            var buffer = [CChar](repeating: 0, count: max(256 * 1024, contents.count * 2))
-            let length = source.bytes.withUnsafeBufferPointer { data in
-                data.withMemoryRebound(to: CChar.self) {
-                    fingerly_scan_trusted_certificates($0.baseAddress, $0.count, shipped, &buffer, buffer.count)
-                }
+            let scan: TrustedCertificateScan
+            do {
+                scan = try Certificates.scanTrusted(pem: source.bytes, packagedFingerprints: shipped, limit: localRootLimit)
+            } catch {
+                context.record(HostReadError(path: path, systemError: error))
+                continue
             }
-            let text = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if length + 4096 >= buffer.count {
-                context.recordMalformed(path, Self.scanCutDetail)
-            }
-            var impersonating: Set<String> = []
-            var found: [CertificateSummary] = []
-            for line in text.split(separator: "\n") {
-                if line.hasPrefix("P\t") { packagedCount = max(packagedCount, Int(line.dropFirst(2)) ?? 0) }
-                else if line.hasPrefix("I\t") { impersonating.insert(String(line.dropFirst(2))) }
-                else if line.hasPrefix("L\t") { found += CertificateSummary.lines(String(line.dropFirst(2))) }
-            }
-            for certificate in found where seen.insert(certificate.fingerprint).inserted {
+            if scan.isCut { context.recordMalformed(path, Self.scanCutDetail) }
+            if scan.local.contains(where: \.certificate.hasTruncatedName) { context.recordMalformed(path, Self.nameCutDetail) }
+            packagedCount = max(packagedCount, scan.packagedCount)
+            for found in scan.local where seen.insert(found.certificate.fingerprint).inserted {
+                let certificate = found.certificate
                 let how = local.contains(certificate.fingerprint) ? Self.localDirectory
                     : configured.contains(certificate.fingerprint) ? "\(Self.configuration) outside mozilla/"
                     : source.path == Self.bundle ? "the bundle only" : source.path
-                roots.append(LocalRoot(certificate: certificate, source: how, impersonates: impersonating.contains(certificate.fingerprint)))
+                roots.append(LocalRoot(certificate: certificate, source: how, impersonates: found.impersonatesPackaged))
             }
         }
         guard readAny else { return nil }
@@ -163,7 +147,7 @@ package struct TrustStoreProbe: Probe {
             if let product = products.first { context.emit("tls.interception_product", product) }
         }
 
-        let oversized = context.issues.filter { [HostFileSystem.oversizedDetail(TrustStore.fileLimit), TrustStore.scanCutDetail].contains($0.detail) }.map(\.path)
+        let oversized = context.issues.filter { [HostFileSystem.oversizedDetail(TrustStore.fileLimit), TrustStore.scanCutDetail, TrustStore.fingerprintCutDetail].contains($0.detail) }.map(\.path)
         context.emit("tls.oversized_trust_files", oversized)
 
         if let anchors = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/etc/pki/ca-trust/source/anchors") }) {

@@ -1,5 +1,5 @@
-#ifndef FINGERLY_ROOTED_OPEN_H
-#define FINGERLY_ROOTED_OPEN_H
+#ifndef FINGERLY_FILES_H
+#define FINGERLY_FILES_H
 
 #include <stdbool.h>
 #include <stdint.h>

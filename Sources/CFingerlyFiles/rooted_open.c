@@ -1,12 +1,11 @@
 #define _GNU_SOURCE
-#include "fingerly_rooted_open.h"
+#include "fingerly_files.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -146,24 +145,4 @@ int fingerly_open_beneath(int root_fd, const char *path, int flags, bool follow_
     }
     int walk_flags = follow_final ? flags : O_PATH;
     return open_by_walking(root_fd, path, walk_flags, follow_final);
-}
-
-long fingerly_read_link_fd(int fd, char *buffer, unsigned long capacity) {
-    ssize_t length = readlinkat(fd, "", buffer, capacity);
-    return length < 0 ? -errno : (long)length;
-}
-
-const int fingerly_open_path_flag = O_PATH;
-
-int fingerly_status_fd(int fd, fingerly_file_status *out) {
-    struct statx info;
-    if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS | STATX_BTIME, &info) != 0) return -errno;
-    out->mode = info.stx_mode;
-    out->uid = info.stx_uid;
-    out->size = info.stx_size;
-    out->modified_seconds = info.stx_mtime.tv_sec;
-    out->birth_seconds = (info.stx_mask & STATX_BTIME) && info.stx_btime.tv_sec > 0 ? info.stx_btime.tv_sec : -1;
-    out->device = makedev(info.stx_dev_major, info.stx_dev_minor);
-    out->inode = info.stx_ino;
-    return 0;
 }

@@ -1,6 +1,6 @@
 #define _GNU_SOURCE
-#include "fingerly_shims.h"
-#include "text_buffer.h"
+#include "fingerly_tls.h"
+#include "certificate_text.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,61 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
-static void hex(const unsigned char *bytes, unsigned int count, char *out) {
-    static const char digits[] = "0123456789abcdef";
-    for (unsigned int i = 0; i < count; i++) {
-        out[2 * i] = digits[bytes[i] >> 4];
-        out[2 * i + 1] = digits[bytes[i] & 15];
-    }
-    out[2 * count] = 0;
-}
-
-static void name_line(X509_NAME *name, char *out, size_t capacity) {
-    out[0] = 0;
-    BIO *bio = BIO_new(BIO_s_mem());
-    if (!bio) return;
-    X509_NAME_print_ex(bio, name, 0, XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB);
-    int length = BIO_read(bio, out, (int)capacity - 1);
-    out[length > 0 ? length : 0] = 0;
-    for (char *c = out; *c; c++) if (*c == '\t' || *c == '\n') *c = ' ';
-    BIO_free(bio);
-}
-
-/// The SPKI SHA-256 of a certificate, base64, as pins are written.
-static void spki_pin(X509 *certificate, char out[64]) {
-    out[0] = 0;
-    unsigned char *spki = NULL;
-    int spki_length = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(certificate), &spki);
-    if (spki_length <= 0) return;
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int digest_length = 0;
-    if (EVP_Digest(spki, (size_t)spki_length, digest, &digest_length, EVP_sha256(), NULL) && digest_length == 32)
-        EVP_EncodeBlock((unsigned char *)out, digest, (int)digest_length);
-    OPENSSL_free(spki);
-}
-
-/// One line per certificate: sha256 fingerprint, SPKI sha256 (base64), subject, issuer.
-static void describe(X509 *certificate, struct text_out *out) {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    char fingerprint[2 * EVP_MAX_MD_SIZE + 1] = "";
-    if (X509_digest(certificate, EVP_sha256(), digest, &length)) hex(digest, length, fingerprint);
-
-    char pin[64];
-    spki_pin(certificate, pin);
-    char subject[1024], issuer[1024];
-    name_line(X509_get_subject_name(certificate), subject, sizeof subject);
-    name_line(X509_get_issuer_name(certificate), issuer, sizeof issuer);
-    put(out, fingerprint);
-    put(out, "\t");
-    put(out, pin);
-    put(out, "\t");
-    put(out, subject);
-    put(out, "\t");
-    put(out, issuer);
-    put(out, "\n");
-}
 
 /// Milliseconds on the monotonic clock, the clock the deadline is kept on.
 static int64_t monotonic_ms(void) {
@@ -105,6 +50,12 @@ static int wait_until(int fd, short events, int64_t deadline) {
         if (ready == 0) return 0;
         if (errno != EINTR) return -1;
     }
+}
+
+/// Appends to the report's detail as much as fits, and flags what did not.
+static void add_detail(fingerly_pin_check_report *report, const char *text) {
+    size_t used = strnlen(report->detail, sizeof report->detail);
+    if (fingerly_copy_bounded(report->detail + used, sizeof report->detail - used, text, strlen(text))) report->detail_truncated = true;
 }
 
 enum host_kind { host_invalid, host_name, host_ipv4, host_ipv6 };
@@ -394,7 +345,7 @@ static int note_verification_error(int ok, X509_STORE_CTX *context) {
 /// carry any name or extensions, but its key is the pinned one, so whatever it is found to sign
 /// was signed by the pinned key's holder. The host name (or IP literal) is checked on the leaf.
 static enum fingerly_pin_outcome verify_pin(SSL *ssl, const char *bare_host, enum host_kind kind, const char *pins,
-                                            struct text_out *detail) {
+                                            fingerly_pin_check_report *report) {
     X509 *leaf = SSL_get0_peer_certificate(ssl);
     STACK_OF(X509) *presented = SSL_get_peer_cert_chain(ssl);
     if (!leaf) return FINGERLY_PIN_NO_CERTIFICATE;
@@ -407,12 +358,12 @@ static enum fingerly_pin_outcome verify_pin(SSL *ssl, const char *bare_host, enu
     int pinned = 0;
     for (int index = 0; presented && index < sk_X509_num(presented); index++) {
         X509 *certificate = sk_X509_value(presented, index);
-        char pin[64];
-        spki_pin(certificate, pin);
+        char pin[FINGERLY_SPKI_PIN_SIZE];
+        fingerly_spki_pin(certificate, pin);
         if (pin_listed(pins, pin) && X509_STORE_add_cert(anchors, certificate) == 1) pinned++;
     }
     if (!pinned) {
-        put(detail, "no presented certificate carries a pinned key");
+        add_detail(report, "no presented certificate carries a pinned key");
         outcome = FINGERLY_PIN_MISMATCH;
         goto done;
     }
@@ -430,14 +381,14 @@ static enum fingerly_pin_outcome verify_pin(SSL *ssl, const char *bare_host, enu
     int verified = X509_verify_cert(context);
 
     if (found.path_error) {
-        put(detail, X509_verify_cert_error_string(found.path_error));
+        add_detail(report, X509_verify_cert_error_string(found.path_error));
         outcome = FINGERLY_PIN_MISMATCH;
     } else if (found.host_error) {
-        put(detail, "the certificate is not for ");
-        put(detail, bare_host);
+        add_detail(report, "the certificate is not for ");
+        add_detail(report, bare_host);
         outcome = FINGERLY_PIN_NOT_VALID;
     } else if (found.time_error) {
-        put(detail, X509_verify_cert_error_string(found.time_error));
+        add_detail(report, X509_verify_cert_error_string(found.time_error));
         outcome = FINGERLY_PIN_NOT_VALID;
     } else if (verified == 1) {
         outcome = FINGERLY_PIN_CONFIRMED;
@@ -477,18 +428,15 @@ static void unguard_sigpipe(struct pipe_guard *guard) {
 }
 
 int fingerly_tls_pin_check(const char *host, const char *port, const char *proxy_host, const char *proxy_port,
-                           const char *pins, int timeout_ms, char *chain_buffer, size_t chain_capacity,
-                           char *detail_buffer, size_t detail_capacity) {
-    struct text_out chain_out = {chain_buffer, chain_capacity, 0};
-    struct text_out detail = {detail_buffer, detail_capacity, 0};
-    if (chain_capacity) chain_buffer[0] = 0;
-    if (detail_capacity) detail_buffer[0] = 0;
+                           const char *pins, int timeout_ms, fingerly_certificate *chain, size_t chain_capacity,
+                           fingerly_pin_check_report *report) {
+    memset(report, 0, sizeof *report);
     int64_t deadline = monotonic_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     int proxied = proxy_host && proxy_host[0];
 
     enum host_kind kind = host_syntax(host);
     if (kind == host_invalid || !valid_port(port) || !pins) {
-        put(&detail, "the host is not an RFC 3986 host or the port is not 1-65535");
+        add_detail(report, "the host is not an RFC 3986 host or the port is not 1-65535");
         return FINGERLY_PIN_INVALID_REQUEST;
     }
     // The request is built, and refused if it does not fit, before anything is connected.
@@ -499,17 +447,17 @@ int fingerly_tls_pin_check(const char *host, const char *port, const char *proxy
     if (proxied) {
         if (proxy_kind == host_invalid || !proxy_port || !valid_port(proxy_port)
             || !bare_host_of(proxy_host, proxy_kind, bare_proxy, sizeof bare_proxy)) {
-            put(&detail, "the proxy address is not a host and port");
+            add_detail(report, "the proxy address is not a host and port");
             return FINGERLY_PIN_INVALID_REQUEST;
         }
         request_length = snprintf(request, sizeof request, "CONNECT %s:%s HTTP/1.1\r\nHost: %s:%s\r\n\r\n", host, port, host, port);
         if (request_length < 0 || (size_t)request_length >= sizeof request) {
-            put(&detail, "the CONNECT request does not fit");
+            add_detail(report, "the CONNECT request does not fit");
             return FINGERLY_PIN_INVALID_REQUEST;
         }
     }
     if (!bare_host_of(host, kind, bare_host, sizeof bare_host)) {
-        put(&detail, "the host name is too long");
+        add_detail(report, "the host name is too long");
         return FINGERLY_PIN_INVALID_REQUEST;
     }
 
@@ -557,14 +505,22 @@ int fingerly_tls_pin_check(const char *host, const char *port, const char *proxy
             if (code) {
                 char text[256];
                 ERR_error_string_n(code, text, sizeof text);
-                put(&detail, text);
+                add_detail(report, text);
             }
         }
         goto done;
     }
     STACK_OF(X509) *presented = SSL_get_peer_cert_chain(ssl);
-    for (int index = 0; presented && index < sk_X509_num(presented); index++) describe(sk_X509_value(presented, index), &chain_out);
-    outcome = verify_pin(ssl, bare_host, kind, pins, &detail);
+    for (int index = 0; presented && index < sk_X509_num(presented); index++) {
+        size_t position = report->chain.found++;
+        if (position < chain_capacity) {
+            fingerly_describe_certificate(sk_X509_value(presented, index), &chain[position]);
+            report->chain.count = position + 1;
+        } else {
+            report->chain.cut = true;
+        }
+    }
+    outcome = verify_pin(ssl, bare_host, kind, pins, report);
 
 done:
     // Every path ends here, also for a check whose probe was abandoned long ago: the deadline
@@ -575,115 +531,4 @@ done:
     ERR_clear_error();
     unguard_sigpipe(&guard);
     return outcome;
-}
-
-size_t fingerly_certificate_fingerprints(const char *pem, size_t length, char *buffer, size_t capacity) {
-    struct text_out out = {buffer, capacity, 0};
-    if (capacity) buffer[0] = 0;
-    BIO *bio = BIO_new_mem_buf(pem, (int)length);
-    if (!bio) return 0;
-    char *name = NULL, *header = NULL;
-    unsigned char *der = NULL;
-    long der_length = 0;
-    // PEM_read_bio only decodes base64: no X.509 parsing, which is most of the cost.
-    while (PEM_read_bio(bio, &name, &header, &der, &der_length) == 1) {
-        if (strcmp(name, "CERTIFICATE") == 0 || strcmp(name, "TRUSTED CERTIFICATE") == 0) {
-            unsigned char digest[EVP_MAX_MD_SIZE];
-            unsigned int digest_length = 0;
-            char text[2 * EVP_MAX_MD_SIZE + 2];
-            if (EVP_Digest(der, (size_t)der_length, digest, &digest_length, EVP_sha256(), NULL)) {
-                hex(digest, digest_length, text);
-                put(&out, text);
-                put(&out, "\n");
-            }
-        }
-        OPENSSL_free(name);
-        OPENSSL_free(header);
-        OPENSSL_free(der);
-        name = header = NULL;
-        der = NULL;
-    }
-    BIO_free(bio);
-    return out.length;
-}
-
-struct block {
-    unsigned char *der;
-    long length;
-    char fingerprint[2 * EVP_MAX_MD_SIZE + 1];
-    int packaged;
-};
-
-size_t fingerly_scan_trusted_certificates(const char *pem, size_t length, const char *packaged_fingerprints,
-                                          char *buffer, size_t capacity) {
-    struct text_out out = {buffer, capacity, 0};
-    if (capacity) buffer[0] = 0;
-    BIO *bio = BIO_new_mem_buf(pem, (int)length);
-    if (!bio) return 0;
-    size_t count = 0, allocated = 256;
-    struct block *blocks = calloc(allocated, sizeof *blocks);
-    char *name = NULL, *header = NULL;
-    unsigned char *der = NULL;
-    long der_length = 0;
-    while (blocks && PEM_read_bio(bio, &name, &header, &der, &der_length) == 1) {
-        int certificate = strcmp(name, "CERTIFICATE") == 0 || strcmp(name, "TRUSTED CERTIFICATE") == 0;
-        OPENSSL_free(name);
-        OPENSSL_free(header);
-        name = header = NULL;
-        if (!certificate) { OPENSSL_free(der); der = NULL; continue; }
-        if (count == allocated) {
-            struct block *grown = realloc(blocks, 2 * allocated * sizeof *blocks);
-            if (!grown) { OPENSSL_free(der); break; }
-            blocks = grown;
-            allocated *= 2;
-        }
-        struct block *entry = &blocks[count++];
-        entry->der = der;
-        entry->length = der_length;
-        unsigned char digest[EVP_MAX_MD_SIZE];
-        unsigned int digest_length = 0;
-        EVP_Digest(der, (size_t)der_length, digest, &digest_length, EVP_sha256(), NULL);
-        hex(digest, digest_length, entry->fingerprint);
-        entry->packaged = packaged_fingerprints && strstr(packaged_fingerprints, entry->fingerprint) != NULL;
-        der = NULL;
-    }
-    BIO_free(bio);
-
-    // Only what is not shipped is parsed in full: decoding X.509 is most of the cost.
-    size_t packaged = 0;
-    for (size_t index = 0; index < count; index++) {
-        if (blocks[index].packaged) { packaged++; continue; }
-        const unsigned char *cursor = blocks[index].der;
-        X509 *local = d2i_X509(NULL, &cursor, blocks[index].length);
-        if (!local) continue;
-        put(&out, "L\t");
-        describe(local, &out);
-        // A packaged root with the same subject but another key: found by the subject's DER
-        // bytes inside the packaged certificates, then confirmed by parsing that one.
-        // The common name's text is the same bytes whatever ASN.1 string type encodes it, so
-        // it finds candidates that X509_NAME_cmp (canonical comparison) then confirms.
-        char common_name[256] = "";
-        int common_length = X509_NAME_get_text_by_NID(X509_get_subject_name(local), NID_commonName, common_name, sizeof common_name);
-        for (size_t other = 0; common_length > 0 && other < count; other++) {
-            if (!blocks[other].packaged || !memmem(blocks[other].der, (size_t)blocks[other].length, common_name, (size_t)common_length)) continue;
-            const unsigned char *other_cursor = blocks[other].der;
-            X509 *shipped = d2i_X509(NULL, &other_cursor, blocks[other].length);
-            if (shipped) {
-                if (X509_NAME_cmp(X509_get_subject_name(shipped), X509_get_subject_name(local)) == 0 &&
-                    EVP_PKEY_eq(X509_get0_pubkey(shipped), X509_get0_pubkey(local)) != 1) {
-                    put(&out, "I\t");
-                    put(&out, blocks[index].fingerprint);
-                    put(&out, "\n");
-                }
-                X509_free(shipped);
-            }
-        }
-        X509_free(local);
-    }
-    char summary[64];
-    snprintf(summary, sizeof summary, "P\t%zu\n", packaged);
-    put(&out, summary);
-    for (size_t index = 0; index < count; index++) OPENSSL_free(blocks[index].der);
-    free(blocks);
-    return out.length;
 }

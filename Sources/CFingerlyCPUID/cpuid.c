@@ -1,4 +1,4 @@
-#include "fingerly_shims.h"
+#include "fingerly_cpuid.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

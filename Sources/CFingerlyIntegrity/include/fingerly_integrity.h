@@ -1,0 +1,82 @@
+#ifndef FINGERLY_INTEGRITY_H
+#define FINGERLY_INTEGRITY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/// Forks a child that calls PTRACE_TRACEME and exits at once, so this process is never left
+/// traced. Returns 0 when the child could become traced, the child's errno when it could not
+/// (EPERM: something already traces it, e.g. `strace -f`), or -1 with errno when fork failed.
+int fingerly_traceme_selftest(void);
+
+/// Reads up to `capacity` bytes of a file with raw system calls (inline `syscall`, no libc
+/// wrapper), so an LD_PRELOAD hook on open/read/fopen cannot filter what comes back.
+/// Returns the byte count, or -errno.
+ssize_t fingerly_raw_read_file(const char *path, char *buffer, size_t capacity);
+
+/// The address of the dynamic loader's debugger hook (`_r_debug.r_brk`), where gdb plants a breakpoint.
+const void *fingerly_loader_breakpoint_address(void);
+
+/// The entry of a C function of this library (fingerly_raw_read_file), to check for planted breakpoints.
+const void *fingerly_shim_entry(void);
+
+/// Sizes of the text fields below, NUL included. A longer text is cut there and flagged.
+enum {
+    FINGERLY_OBJECT_PATH_SIZE = 4096,
+    FINGERLY_OBJECT_NAME_SIZE = 256,
+};
+
+/// One object the dynamic loader has mapped, from dl_iterate_phdr.
+typedef struct {
+    /// As the loader names it; "[main]" for the program itself.
+    char path[FINGERLY_OBJECT_PATH_SIZE];
+    bool path_truncated;
+    /// DT_SONAME; empty without one.
+    char soname[FINGERLY_OBJECT_NAME_SIZE];
+    bool soname_truncated;
+} fingerly_loaded_object;
+
+/// One DT_NEEDED entry of a loaded object.
+typedef struct {
+    /// The object's position in the loader's list, which is its index in the objects array
+    /// when that array had room for it.
+    size_t object_index;
+    char name[FINGERLY_OBJECT_NAME_SIZE];
+    bool name_truncated;
+} fingerly_needed_library;
+
+/// How much of the loader's list fitted the caller's arrays.
+typedef struct {
+    size_t object_count;
+    /// Objects the loader listed, written or not.
+    size_t objects_found;
+    /// objects_found > object_count: the objects array was too small.
+    bool objects_cut;
+    size_t needed_count;
+    size_t needed_found;
+    bool needed_cut;
+} fingerly_loaded_objects_report;
+
+/// Describes every loaded object into `objects` and every DT_NEEDED entry into `needed`, as far
+/// as each array has room; `report` says how far that was. Entries past a count are not written.
+void fingerly_loaded_objects(fingerly_loaded_object *objects, size_t object_capacity,
+                             fingerly_needed_library *needed, size_t needed_capacity,
+                             fingerly_loaded_objects_report *report);
+
+/// Resolves `symbol` twice: through the global scope (RTLD_DEFAULT, what calls really reach)
+/// and inside `library` (dlopen with RTLD_NOLOAD). Writes the objects defining each into the
+/// path buffers (cut to fit, NUL-terminated). Returns 1 when both are the same address, 0 when
+/// they differ, -1 when the library is not loaded or does not define the symbol.
+int fingerly_symbol_origin(const char *symbol, const char *library, const void **global_address,
+                           char *global_path, size_t global_capacity, char *library_path, size_t library_capacity);
+
+/// Compares the first `count` bytes of the code at `address` in memory with the same bytes in
+/// the ELF file it was loaded from. Writes both, and the file's path (cut to fit). Returns 1
+/// when equal, 0 when different, -1 when the file cannot be read or the address is not in a
+/// file mapping.
+int fingerly_compare_code_with_file(const void *address, unsigned char *memory, unsigned char *disk, size_t count,
+                                    char *path, size_t path_capacity);
+
+#endif

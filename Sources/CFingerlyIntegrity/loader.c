@@ -1,0 +1,94 @@
+#define _GNU_SOURCE
+#include "fingerly_integrity.h"
+#include "copy_text.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <string.h>
+
+const void *fingerly_loader_breakpoint_address(void) {
+    return (const void *)_r_debug.r_brk;
+}
+
+/// Where the arrays stand while dl_iterate_phdr walks the loader's list.
+struct listing {
+    fingerly_loaded_object *objects;
+    size_t object_capacity;
+    fingerly_needed_library *needed;
+    size_t needed_capacity;
+    fingerly_loaded_objects_report *report;
+};
+
+static int list_object(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct listing *listing = data;
+    fingerly_loaded_objects_report *report = listing->report;
+    const ElfW(Dyn) *dynamic = NULL;
+    for (int index = 0; index < info->dlpi_phnum; index++) {
+        if (info->dlpi_phdr[index].p_type == PT_DYNAMIC) {
+            dynamic = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[index].p_vaddr);
+        }
+    }
+    const char *strings = NULL;
+    const char *soname = "";
+    if (dynamic) {
+        for (const ElfW(Dyn) *entry = dynamic; entry->d_tag != DT_NULL; entry++) {
+            // glibc relocates DT_STRTAB to an absolute address; the vDSO leaves it relative.
+            if (entry->d_tag == DT_STRTAB) {
+                strings = (const char *)entry->d_un.d_ptr;
+                if ((ElfW(Addr))strings < info->dlpi_addr) strings += info->dlpi_addr;
+            }
+        }
+        for (const ElfW(Dyn) *entry = dynamic; strings && entry->d_tag != DT_NULL; entry++) {
+            if (entry->d_tag == DT_SONAME) soname = strings + entry->d_un.d_val;
+        }
+    }
+    size_t object_index = report->objects_found++;
+    if (object_index < listing->object_capacity) {
+        fingerly_loaded_object *object = &listing->objects[object_index];
+        const char *path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "[main]";
+        object->path_truncated = copy_text(object->path, sizeof object->path, path);
+        object->soname_truncated = copy_text(object->soname, sizeof object->soname, soname);
+        report->object_count = object_index + 1;
+    } else {
+        report->objects_cut = true;
+    }
+    for (const ElfW(Dyn) *entry = dynamic; dynamic && strings && entry->d_tag != DT_NULL; entry++) {
+        if (entry->d_tag != DT_NEEDED) continue;
+        size_t needed_index = report->needed_found++;
+        if (needed_index >= listing->needed_capacity) {
+            report->needed_cut = true;
+            continue;
+        }
+        fingerly_needed_library *needed = &listing->needed[needed_index];
+        needed->object_index = object_index;
+        needed->name_truncated = copy_text(needed->name, sizeof needed->name, strings + entry->d_un.d_val);
+        report->needed_count = needed_index + 1;
+    }
+    return 0;
+}
+
+void fingerly_loaded_objects(fingerly_loaded_object *objects, size_t object_capacity,
+                             fingerly_needed_library *needed, size_t needed_capacity,
+                             fingerly_loaded_objects_report *report) {
+    memset(report, 0, sizeof *report);
+    struct listing listing = {objects, object_capacity, needed, needed_capacity, report};
+    dl_iterate_phdr(list_object, &listing);
+}
+
+int fingerly_symbol_origin(const char *symbol, const char *library, const void **global_address,
+                           char *global_path, size_t global_capacity, char *library_path, size_t library_capacity) {
+    void *handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);
+    if (!handle) return -1;
+    void *inside = dlsym(handle, symbol);
+    void *global = dlsym(RTLD_DEFAULT, symbol);
+    dlclose(handle);
+    if (!inside) return -1;
+    *global_address = global;
+    if (global == inside) return 1;
+    // dladdr walks symbol tables: only pay for it when there is someone to name.
+    copy_object_path(global, global_path, global_capacity);
+    copy_object_path(inside, library_path, library_capacity);
+    return 0;
+}

@@ -1,0 +1,121 @@
+import CFingerlyTLS
+
+/// One certificate as libcrypto describes it.
+package struct CertificateDescription: Sendable, Hashable {
+    /// SHA-256 of the DER bytes, lowercase hex.
+    package let fingerprint: String
+    /// SHA-256 of the SubjectPublicKeyInfo, base64: the value HPKP-style pins use.
+    package let pin: String
+    /// RFC 2253 names.
+    package let subject: String
+    package let issuer: String
+    /// The subject or issuer was longer than its field and is shown cut.
+    package let subjectTruncated: Bool
+    package let issuerTruncated: Bool
+
+    package var hasTruncatedName: Bool { subjectTruncated || issuerTruncated }
+
+    init(_ raw: fingerly_certificate) {
+        fingerprint = text(ofCField: raw.fingerprint.hex)
+        pin = text(ofCField: raw.spki_pin)
+        subject = text(ofCField: raw.subject)
+        issuer = text(ofCField: raw.issuer)
+        subjectTruncated = raw.subject_truncated
+        issuerTruncated = raw.issuer_truncated
+    }
+}
+
+/// The fingerprints of the certificates in one PEM text.
+package struct CertificateFingerprints: Sendable, Hashable {
+    package let fingerprints: [String]
+    /// Certificates there were, fingerprinted or not.
+    package let found: Int
+    package var isCut: Bool { fingerprints.count < found }
+}
+
+/// A trusted certificate that is not among the packaged ones.
+package struct LocalCertificate: Sendable, Hashable {
+    package let certificate: CertificateDescription
+    /// It carries a packaged certificate's subject with another key.
+    package let impersonatesPackaged: Bool
+}
+
+/// One PEM text of trusted certificates, against the packaged fingerprints.
+package struct TrustedCertificateScan: Sendable, Hashable {
+    package let packagedCount: Int
+    package let local: [LocalCertificate]
+    /// Local certificates there were, described or not.
+    package let localFound: Int
+    package var isCut: Bool { local.count < localFound }
+}
+
+package enum Certificates {
+    /// The largest number of certificates one PEM text is described with.
+    package static let defaultLimit = 4096
+    /// The longest subject or issuer described whole, in bytes.
+    package static let nameLimit = Int(FINGERLY_NAME_SIZE) - 1
+
+    /// SHA-256 of every certificate block in PEM text, without parsing the certificates: at most
+    /// `limit`, the rest counted (`isCut`).
+    package static func fingerprints(ofPEM pem: [UInt8], limit: Int = defaultLimit) throws(SystemError) -> CertificateFingerprints {
+        let capacity = min(max(limit, 0), pemBlockBound(pem))
+        var extent = fingerly_list_extent()
+        var result: Int32 = 0
+        let hashes = [fingerly_fingerprint](unsafeUninitializedCapacity: capacity) { buffer, initialized in
+            result = pem.withUnsafeBufferPointer { data in
+                data.withMemoryRebound(to: CChar.self) {
+                    fingerly_certificate_fingerprints($0.baseAddress, $0.count, buffer.baseAddress, capacity, &extent)
+                }
+            }
+            initialized = result == 0 ? extent.count : 0
+        }
+        guard result == 0 else { throw SystemError(-result) }
+        return CertificateFingerprints(fingerprints: hashes.map { text(ofCField: $0.hex) }, found: extent.found)
+    }
+
+    /// Describes every certificate of `pem` whose fingerprint is not packaged (at most `limit`,
+    /// the rest counted and not parsed: `isCut`), and counts the packaged ones.
+    package static func scanTrusted(pem: [UInt8], packagedFingerprints: [String],
+                                    limit: Int = defaultLimit) throws(SystemError) -> TrustedCertificateScan {
+        let capacity = min(max(limit, 0), pemBlockBound(pem))
+        let packaged = packagedFingerprints.joined(separator: "\n")
+        var scan = fingerly_trust_scan()
+        var result: Int32 = 0
+        let local = [fingerly_local_certificate](unsafeUninitializedCapacity: capacity) { buffer, initialized in
+            result = pem.withUnsafeBufferPointer { data in
+                data.withMemoryRebound(to: CChar.self) {
+                    fingerly_scan_trusted_certificates($0.baseAddress, $0.count, packaged, buffer.baseAddress, capacity, &scan)
+                }
+            }
+            initialized = result == 0 ? scan.local.count : 0
+        }
+        guard result == 0 else { throw SystemError(-result) }
+        return TrustedCertificateScan(
+            packagedCount: scan.packaged_count,
+            local: local.map { LocalCertificate(certificate: CertificateDescription($0.certificate), impersonatesPackaged: $0.impersonates_packaged) },
+            localFound: scan.local.found)
+    }
+
+    /// How many PEM blocks `pem` can hold at most: each starts with "-----BEGIN ". Sizes the
+    /// arrays to the text instead of to the worst case.
+    static func pemBlockBound(_ pem: [UInt8]) -> Int {
+        let marker = Array("-----BEGIN ".utf8)
+        return pem.withUnsafeBufferPointer { bytes in
+            guard bytes.count >= marker.count else { return 0 }
+            var count = 0
+            var index = 0
+            let last = bytes.count - marker.count
+            while index <= last {
+                // The fifth dash and the B first: most positions fail there.
+                if bytes[index + 5] == UInt8(ascii: "B"), bytes[index] == UInt8(ascii: "-"),
+                   marker.indices.allSatisfy({ bytes[index + $0] == marker[$0] }) {
+                    count += 1
+                    index += marker.count
+                } else {
+                    index += 1
+                }
+            }
+            return count
+        }
+    }
+}
