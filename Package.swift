@@ -44,7 +44,10 @@ let package = Package(
         .target(
             name: "FingerlyPolicy",
             dependencies: ["FingerlyModel"],
-            resources: [.embedInCode("Embedded/default-policy.json")]
+            resources: [.embedInCode("Embedded/default-policy.json")],
+            // Without it, Foundation's members (String(contentsOfFile:)…) would reach this target
+            // through FingerlyModel's import: the engine must not be able to read a file.
+            swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]
         ),
         .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy"]),
         .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyProbes", "FingerlyPolicy"]),

@@ -76,8 +76,13 @@ static bool impersonates_packaged(X509 *local, const struct block *blocks, size_
     return found;
 }
 
-int fingerly_scan_trusted_certificates(const char *pem, size_t length, const char *packaged_fingerprints,
-                                       fingerly_local_certificate *local, size_t capacity, fingerly_trust_scan *scan) {
+static int compare_fingerprints(const void *left, const void *right) {
+    return strcmp(((const fingerly_fingerprint *)left)->hex, ((const fingerly_fingerprint *)right)->hex);
+}
+
+int fingerly_scan_trusted_certificates(const char *pem, size_t length, const fingerly_fingerprint *packaged,
+                                       size_t packaged_count, fingerly_local_certificate *local, size_t capacity,
+                                       fingerly_trust_scan *scan) {
     memset(scan, 0, sizeof *scan);
     if (length > INT_MAX) return -EFBIG;
     BIO *bio = BIO_new_mem_buf(pem, (int)length);
@@ -108,7 +113,10 @@ int fingerly_scan_trusted_certificates(const char *pem, size_t length, const cha
         unsigned int digest_length = 0;
         if (EVP_Digest(der, (size_t)der_length, digest, &digest_length, EVP_sha256(), NULL) && digest_length == 32)
             fingerly_hex(digest, digest_length, entry->fingerprint);
-        entry->packaged = entry->fingerprint[0] && packaged_fingerprints && strstr(packaged_fingerprints, entry->fingerprint) != NULL;
+        fingerly_fingerprint key;
+        memcpy(key.hex, entry->fingerprint, sizeof key.hex);
+        entry->packaged = entry->fingerprint[0] && packaged && packaged_count > 0 &&
+                          bsearch(&key, packaged, packaged_count, sizeof *packaged, compare_fingerprints) != NULL;
         der = NULL;
     }
     BIO_free(bio);

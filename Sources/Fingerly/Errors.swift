@@ -38,12 +38,14 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
     public var description: String { status.map { "HTTP \($0): \(message)" } ?? message }
 }
 
-/// The service region, from the API key's prefix (`eu_…`, `ap_…`; anything else is `us`).
+/// The service region, from the API key: `fly_pk_<region>_…`, or the older `<region>_…`;
+/// anything else is `us`.
 package enum Region: String, Sendable, Codable {
     case us, eu, ap
 
     package init(apiKey: String?) {
-        let prefix = apiKey?.split(whereSeparator: { $0 == "_" || $0 == "-" }).first.map { $0.lowercased() }
-        self = prefix.flatMap(Region.init(rawValue:)) ?? .us
+        let parts = apiKey?.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "_" || $0 == "-" }) ?? []
+        let named = parts.count > 2 && parts[0] == "fly" && parts[1] == "pk" ? parts[2] : parts.first
+        self = named.flatMap { Region(rawValue: $0.lowercased()) } ?? .us
     }
 }

@@ -157,7 +157,12 @@ public final class Fingerly: Sendable {
     /// - Throws: `ConsentError` while consent is not granted; `FingerlyError.submissionUnavailable`
     ///   when asked to submit, which this version cannot do yet.
     public func identify(tag: String? = nil, tiers: Set<Tier>? = nil, submit: Bool = true) async throws -> IdentifyResult {
-        if submit { throw FingerlyError.submissionUnavailable }
+        if submit {
+            // Consent speaks first: a caller whose user has not agreed learns that, not a detail of transport.
+            let consent = consentState
+            guard consent == .granted else { throw ConsentError(state: consent) }
+            throw FingerlyError.submissionUnavailable
+        }
         let report = try await run(tag: tag, tiers: tiers ?? schedule.tiers, only: nil)
         return IdentifyResult.judgedHere(state: .collected, report: report, verdicts: Verdicts(engine.evaluate(report)), policy: policy)
     }

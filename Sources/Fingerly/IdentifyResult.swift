@@ -45,6 +45,62 @@ public struct IdentifyResult: Sendable, Codable {
     /// What was collected.
     public let report: SignalReport
 
+    private enum CodingKeys: String, CodingKey {
+        case requestId, visitorId, visitorIsNew, visitorConfidence, identifiable, duplicate, state, suspectScore,
+             suspectLevel, triggers, verdicts, environment, policy, report
+    }
+
+    private init(requestId: String, visitorId: String?, visitorIsNew: Bool?, visitorConfidence: Int?, identifiable: Bool,
+                 duplicate: Bool, state: State, suspectScore: Int?, suspectLevel: SuspectLevel?, triggers: [IdentifyTrigger],
+                 verdicts: Verdicts, environment: HostEnvironment, policy: String, report: SignalReport) {
+        self.requestId = requestId
+        self.visitorId = visitorId
+        self.visitorIsNew = visitorIsNew
+        self.visitorConfidence = visitorConfidence
+        self.identifiable = identifiable
+        self.duplicate = duplicate
+        self.state = state
+        self.suspectScore = suspectScore
+        self.suspectLevel = suspectLevel
+        self.triggers = triggers
+        self.verdicts = verdicts
+        self.environment = environment
+        self.policy = policy
+        self.report = report
+    }
+
+    /// Decodes a result and refuses one this library could not have made: a score or a
+    /// confidence outside 0–100, or a score without its level (or a level without a score).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        func percentage(_ key: CodingKeys) throws -> Int? {
+            guard let value = try container.decodeIfPresent(Int.self, forKey: key) else { return nil }
+            guard (0...100).contains(value) else {
+                throw DecodingError.dataCorruptedError(forKey: key, in: container, debugDescription: "\(value) is outside 0–100")
+            }
+            return value
+        }
+        let score = try percentage(.suspectScore)
+        let level = try container.decodeIfPresent(SuspectLevel.self, forKey: .suspectLevel)
+        guard (score == nil) == (level == nil) else {
+            throw DecodingError.dataCorruptedError(forKey: .suspectLevel, in: container,
+                                                   debugDescription: "a suspect score and its level come together or not at all")
+        }
+        self.init(requestId: try container.decode(String.self, forKey: .requestId),
+                  visitorId: try container.decodeIfPresent(String.self, forKey: .visitorId),
+                  visitorIsNew: try container.decodeIfPresent(Bool.self, forKey: .visitorIsNew),
+                  visitorConfidence: try percentage(.visitorConfidence),
+                  identifiable: try container.decode(Bool.self, forKey: .identifiable),
+                  duplicate: try container.decode(Bool.self, forKey: .duplicate),
+                  state: try container.decode(State.self, forKey: .state),
+                  suspectScore: score, suspectLevel: level,
+                  triggers: try container.decode([IdentifyTrigger].self, forKey: .triggers),
+                  verdicts: try container.decode(Verdicts.self, forKey: .verdicts),
+                  environment: try container.decode(HostEnvironment.self, forKey: .environment),
+                  policy: try container.decode(String.self, forKey: .policy),
+                  report: try container.decode(SignalReport.self, forKey: .report))
+    }
+
     /// A result judged in this process with nothing sent or resolved.
     static func judgedHere(state: State, report: SignalReport, verdicts: Verdicts, policy: Policy) -> IdentifyResult {
         let assessment = policy.suspect?.assess(verdicts)

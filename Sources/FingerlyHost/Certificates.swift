@@ -78,13 +78,23 @@ package enum Certificates {
     package static func scanTrusted(pem: [UInt8], packagedFingerprints: [String],
                                     limit: Int = defaultLimit) throws(SystemError) -> TrustedCertificateScan {
         let capacity = min(max(limit, 0), pemBlockBound(pem))
-        let packaged = packagedFingerprints.joined(separator: "\n")
+        // Sorted fixed-size entries for the C side's binary search; anything that is not a
+        // fingerprint (64 lower-case hex digits, as the C side writes them) can match nothing.
+        let packaged: [fingerly_fingerprint] = Set(packagedFingerprints).filter(Self.isFingerprint).sorted().map { hex in
+            var entry = fingerly_fingerprint()
+            withUnsafeMutableBytes(of: &entry.hex) { buffer in
+                buffer.copyBytes(from: hex.utf8)
+                buffer[hex.utf8.count] = 0
+            }
+            return entry
+        }
         var scan = fingerly_trust_scan()
         var result: Int32 = 0
         let local = [fingerly_local_certificate](unsafeUninitializedCapacity: capacity) { buffer, initialized in
             result = pem.withUnsafeBufferPointer { data in
                 data.withMemoryRebound(to: CChar.self) {
-                    fingerly_scan_trusted_certificates($0.baseAddress, $0.count, packaged, buffer.baseAddress, capacity, &scan)
+                    fingerly_scan_trusted_certificates($0.baseAddress, $0.count, packaged, packaged.count,
+                                                       buffer.baseAddress, capacity, &scan)
                 }
             }
             initialized = result == 0 ? scan.local.count : 0
@@ -94,6 +104,11 @@ package enum Certificates {
             packagedCount: scan.packaged_count,
             local: local.map { LocalCertificate(certificate: CertificateDescription($0.certificate), impersonatesPackaged: $0.impersonates_packaged) },
             localFound: scan.local.found)
+    }
+
+    /// A SHA-256 fingerprint as the C side writes it: 64 lower-case hex digits.
+    static func isFingerprint(_ text: String) -> Bool {
+        text.utf8.count == 64 && text.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
     }
 
     /// How many PEM blocks `pem` can hold at most: each starts with "-----BEGIN ". Sizes the

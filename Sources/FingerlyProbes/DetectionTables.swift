@@ -46,7 +46,7 @@ package struct DetectionTables: Sendable {
     }
 
     /// A table, typed by the shape of its value.
-    package indirect enum Table: Sendable, Hashable {
+    package enum Table: Sendable, Hashable {
         /// A list of strings: the only shape a policy's `inTable` can name.
         case strings([String])
         /// An object of strings: key -> meaning.

@@ -42,8 +42,18 @@ import Testing
         for file in files where file.hasSuffix(".swift") {
             let text = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
             for line in text.split(separator: "\n") {
-                let words = line.split(separator: " ").filter { !$0.hasPrefix("@") }
-                if words.first == "import", words.count >= 2 { modules.insert(String(words[1])) }
+                // `@testable import X`, `internal import X`, `import struct X.Y`: the module is the
+                // first word after `import` that is not a declaration kind, up to its first dot.
+                var words = line.split(separator: " ").filter { !$0.hasPrefix("@") }[...]
+                while let first = words.first, ["public", "package", "internal", "fileprivate", "private"].contains(first) {
+                    words = words.dropFirst()
+                }
+                guard words.first == "import" else { continue }
+                words = words.dropFirst()
+                while let first = words.first, ["struct", "class", "enum", "protocol", "typealias", "func", "var", "let"].contains(first) {
+                    words = words.dropFirst()
+                }
+                if let module = words.first?.split(separator: ".").first { modules.insert(String(module)) }
             }
         }
         return modules

@@ -61,12 +61,14 @@ typedef struct {
     fingerly_list_extent local;
 } fingerly_trust_scan;
 
-/// Scans trusted certificates in PEM text against the packaged fingerprints (newline-separated
-/// hex): each certificate not shipped is described into `local`, and the shipped ones counted.
-/// Shipped certificates are hashed, not parsed; nor are local ones once the array is full.
+/// Scans trusted certificates in PEM text against the packaged fingerprints (`packaged`, sorted
+/// by strcmp, looked up by binary search: the host writes both lists, so a lookup must not cost
+/// their product): each certificate not shipped is described into `local`, and the shipped ones
+/// counted. Shipped certificates are hashed, not parsed; nor are local ones once the array is full.
 /// Returns 0, or -errno (-EFBIG for text libcrypto cannot take, -ENOMEM).
-int fingerly_scan_trusted_certificates(const char *pem, size_t length, const char *packaged_fingerprints,
-                                       fingerly_local_certificate *local, size_t capacity, fingerly_trust_scan *scan);
+int fingerly_scan_trusted_certificates(const char *pem, size_t length, const fingerly_fingerprint *packaged,
+                                       size_t packaged_count, fingerly_local_certificate *local, size_t capacity,
+                                       fingerly_trust_scan *scan);
 
 /// What fingerly_tls_pin_check found.
 enum fingerly_pin_outcome {
