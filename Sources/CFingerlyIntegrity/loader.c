@@ -92,3 +92,18 @@ int fingerly_symbol_origin(const char *symbol, const char *library, const void *
     copy_object_path(inside, library_path, library_capacity);
     return 0;
 }
+
+size_t fingerly_loaded_object_path(const fingerly_loaded_object *object, const char **text) {
+    *text = object->path;
+    return strnlen(object->path, sizeof object->path);
+}
+
+size_t fingerly_loaded_object_soname(const fingerly_loaded_object *object, const char **text) {
+    *text = object->soname;
+    return strnlen(object->soname, sizeof object->soname);
+}
+
+size_t fingerly_needed_library_name(const fingerly_needed_library *needed, const char **text) {
+    *text = needed->name;
+    return strnlen(needed->name, sizeof needed->name);
+}

@@ -67,3 +67,34 @@ void fingerly_describe_certificate(X509 *certificate, fingerly_certificate *out)
     out->subject_truncated = name_text(X509_get_subject_name(certificate), out->subject, sizeof out->subject);
     out->issuer_truncated = name_text(X509_get_issuer_name(certificate), out->issuer, sizeof out->issuer);
 }
+
+size_t fingerly_fingerprint_text(const fingerly_fingerprint *fingerprint, const char **text) {
+    *text = fingerprint->hex;
+    return strnlen(fingerprint->hex, sizeof fingerprint->hex);
+}
+
+size_t fingerly_certificate_pin(const fingerly_certificate *certificate, const char **text) {
+    *text = certificate->spki_pin;
+    return strnlen(certificate->spki_pin, sizeof certificate->spki_pin);
+}
+
+size_t fingerly_certificate_subject(const fingerly_certificate *certificate, const char **text) {
+    *text = certificate->subject;
+    return strnlen(certificate->subject, sizeof certificate->subject);
+}
+
+size_t fingerly_certificate_issuer(const fingerly_certificate *certificate, const char **text) {
+    *text = certificate->issuer;
+    return strnlen(certificate->issuer, sizeof certificate->issuer);
+}
+
+size_t fingerly_pin_check_detail(const fingerly_pin_check_report *report, const char **text) {
+    *text = report->detail;
+    return strnlen(report->detail, sizeof report->detail);
+}
+
+void fingerly_fingerprint_set(fingerly_fingerprint *fingerprint, const char *hex, size_t length) {
+    size_t kept = length < sizeof fingerprint->hex - 1 ? length : sizeof fingerprint->hex - 1;
+    memcpy(fingerprint->hex, hex, kept);
+    fingerprint->hex[kept] = 0;
+}

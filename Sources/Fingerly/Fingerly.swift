@@ -123,7 +123,7 @@ public final class Fingerly: Sendable {
         self.apiKey = apiKey
         self.filter = filter
         self.consent = Mutex(consent)
-        freeText = options.freeText ?? given?.freeText ?? FreeTextHandling.embeddedDefault
+        freeText = options.freeText ?? given?.freeText ?? Policy.embeddedFreeText
         judgement = Prepared {
             let policy = given ?? Policy.embedded()
             let engine = VerdictEngine(policy: policy, catalogue: catalogue)

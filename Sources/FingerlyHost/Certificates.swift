@@ -16,10 +16,11 @@ package struct CertificateDescription: Sendable, Hashable {
     package var hasTruncatedName: Bool { subjectTruncated || issuerTruncated }
 
     init(_ raw: fingerly_certificate) {
-        fingerprint = text(ofCField: raw.fingerprint.hex)
-        pin = text(ofCField: raw.spki_pin)
-        subject = text(ofCField: raw.subject)
-        issuer = text(ofCField: raw.issuer)
+        var raw = raw
+        fingerprint = text { fingerly_fingerprint_text(&raw.fingerprint, $0) }
+        pin = text { fingerly_certificate_pin(&raw, $0) }
+        subject = text { fingerly_certificate_subject(&raw, $0) }
+        issuer = text { fingerly_certificate_issuer(&raw, $0) }
         subjectTruncated = raw.subject_truncated
         issuerTruncated = raw.issuer_truncated
     }
@@ -70,7 +71,10 @@ package enum Certificates {
             initialized = result == 0 ? extent.count : 0
         }
         guard result == 0 else { throw SystemError(-result) }
-        return CertificateFingerprints(fingerprints: hashes.map { text(ofCField: $0.hex) }, found: extent.found)
+        return CertificateFingerprints(fingerprints: hashes.map { hash in
+            var hash = hash
+            return text { fingerly_fingerprint_text(&hash, $0) }
+        }, found: extent.found)
     }
 
     /// Describes every certificate of `pem` whose fingerprint is not packaged (at most `limit`,
@@ -82,9 +86,9 @@ package enum Certificates {
         // fingerprint (64 lower-case hex digits, as the C side writes them) can match nothing.
         let packaged: [fingerly_fingerprint] = Set(packagedFingerprints).filter(Self.isFingerprint).sorted().map { hex in
             var entry = fingerly_fingerprint()
-            withUnsafeMutableBytes(of: &entry.hex) { buffer in
-                buffer.copyBytes(from: hex.utf8)
-                buffer[hex.utf8.count] = 0
+            let bytes = Array(hex.utf8)
+            bytes.withUnsafeBufferPointer { buffer in
+                buffer.withMemoryRebound(to: CChar.self) { fingerly_fingerprint_set(&entry, $0.baseAddress, $0.count) }
             }
             return entry
         }

@@ -117,14 +117,22 @@ package enum ProcessIntegrity {
             }
             var neededByObject = [[String]](repeating: [], count: objects.count)
             var neededTruncated = [Bool](repeating: false, count: objects.count)
-            for entry in needed where entry.object_index < objects.count {
-                neededByObject[entry.object_index].append(text(ofCField: entry.name))
-                if entry.name_truncated { neededTruncated[entry.object_index] = true }
+            needed.withUnsafeBufferPointer { entries in
+                for entry in entries.indices where entries[entry].object_index < objects.count {
+                    let owner = entries[entry].object_index
+                    neededByObject[owner].append(text { fingerly_needed_library_name(entries.baseAddress! + entry, $0) })
+                    if entries[entry].name_truncated { neededTruncated[owner] = true }
+                }
             }
-            let list = objects.indices.map { index in
-                LoadedObject(path: text(ofCField: objects[index].path), soname: text(ofCField: objects[index].soname),
-                             needed: neededByObject[index],
-                             hasTruncatedName: objects[index].path_truncated || objects[index].soname_truncated || neededTruncated[index])
+            let list = objects.withUnsafeBufferPointer { entries in
+                entries.indices.map { index in
+                    let object = entries.baseAddress! + index
+                    return LoadedObject(path: text { fingerly_loaded_object_path(object, $0) },
+                                        soname: text { fingerly_loaded_object_soname(object, $0) },
+                                        needed: neededByObject[index],
+                                        hasTruncatedName: object.pointee.path_truncated || object.pointee.soname_truncated
+                                            || neededTruncated[index])
+                }
             }
             return LoadedObjectList(objects: list, objectsFound: report.objects_found,
                                     neededFound: report.needed_found, neededTaken: needed.count)

@@ -51,7 +51,7 @@ package enum TLSClient {
             initialized = report.chain.count
         }
         return PinCheckResult(status: Self.status(status), chain: chain.map(CertificateDescription.init),
-                              chainPresented: report.chain.found, detail: text(ofCField: report.detail),
+                              chainPresented: report.chain.found, detail: text { fingerly_pin_check_detail(&report, $0) },
                               detailTruncated: report.detail_truncated)
     }
 

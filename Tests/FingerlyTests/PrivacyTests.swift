@@ -300,6 +300,8 @@ import Testing
 
     @Test func theEmbeddedPolicyFingerprintsFreeText() throws {
         #expect(FreeTextHandling.embeddedDefault == .fingerprint)
+        #expect(FreeTextHandling.embeddedDefault == Policy.embeddedFreeText, "the SDK's default must be what policies/default.json says")
+        #expect(try Fingerly.loadBlocking(apiKey: "k").identifierHasher().freeText == .fingerprint)
         #expect(try PolicyLoader(catalogue: .embedded, tables: .embedded).load(Data(#"{"policyVersion": 1, "verdicts": {}, "privacy": {"freeText": "keep"}}"#.utf8), source: "t").freeText == .keep)
         #expect(try FreeTextHandling.fromPolicy(Array(#"{"policyVersion": 1, "verdicts": {}}"#.utf8), source: "t") == .fingerprint)
         #expect(throws: PolicyError.self) { try FreeTextHandling.fromPolicy(Array(#"{"privacy": {"freeText": "keep", "x": 1}}"#.utf8), source: "t") }

@@ -79,4 +79,12 @@ int fingerly_symbol_origin(const char *symbol, const char *library, const void *
 int fingerly_compare_code_with_file(const void *address, unsigned char *memory, unsigned char *disk, size_t count,
                                     char *path, size_t path_capacity);
 
+/// The text fields of the structs above, as a pointer and a length up to the NUL. Swift reads
+/// them through these rather than through the imported `char[N]` tuples: naming a tuple of 4096
+/// elements makes the Swift runtime build its type metadata on first use, which cost more than
+/// the whole listing.
+size_t fingerly_loaded_object_path(const fingerly_loaded_object *object, const char **text);
+size_t fingerly_loaded_object_soname(const fingerly_loaded_object *object, const char **text);
+size_t fingerly_needed_library_name(const fingerly_needed_library *needed, const char **text);
+
 #endif

@@ -108,4 +108,15 @@ int fingerly_tls_pin_check(const char *host, const char *port, const char *proxy
                            const char *pins, int timeout_ms, fingerly_certificate *chain, size_t chain_capacity,
                            fingerly_pin_check_report *report);
 
+/// The text fields of the structs above, as a pointer and a length up to the NUL: Swift reads
+/// them through these rather than through the imported `char[N]` tuples, whose type metadata the
+/// Swift runtime would otherwise build on first use.
+size_t fingerly_fingerprint_text(const fingerly_fingerprint *fingerprint, const char **text);
+size_t fingerly_certificate_pin(const fingerly_certificate *certificate, const char **text);
+size_t fingerly_certificate_subject(const fingerly_certificate *certificate, const char **text);
+size_t fingerly_certificate_issuer(const fingerly_certificate *certificate, const char **text);
+size_t fingerly_pin_check_detail(const fingerly_pin_check_report *report, const char **text);
+/// Sets a fingerprint from `length` bytes of hex (at most 64; more are not copied).
+void fingerly_fingerprint_set(fingerly_fingerprint *fingerprint, const char *hex, size_t length);
+
 #endif
