@@ -37,15 +37,3 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
     /// The status, when there is one, and the message.
     public var description: String { status.map { "HTTP \($0): \(message)" } ?? message }
 }
-
-/// The service region, from the API key: `fly_pk_<region>_…`, or the older `<region>_…`;
-/// anything else is `us`.
-package enum Region: String, Sendable, Codable {
-    case us, eu, ap
-
-    package init(apiKey: String?) {
-        let parts = apiKey?.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "_" || $0 == "-" }) ?? []
-        let named = parts.count > 2 && parts[0] == "fly" && parts[1] == "pk" ? parts[2] : parts.first
-        self = named.flatMap { Region(rawValue: $0.lowercased()) } ?? .us
-    }
-}

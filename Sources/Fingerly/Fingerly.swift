@@ -21,7 +21,7 @@ public final class Fingerly: Sendable {
     package let region: Region
     package let endpoint: String
     package let options: FingerlyOptions
-    private let apiKey: String?
+    private let apiKey: APIKey?
     /// Without an API key, the key is the installation secret, found (or created) on the first
     /// collection, after consent: nothing is written before then.
     private let localHasher = Mutex<IdentifierHasher?>(nil)
@@ -50,10 +50,11 @@ public final class Fingerly: Sendable {
     /// Checks the configuration and prepares an instance. Nothing of the host is read here.
     ///
     /// - Parameters:
-    ///   - apiKey: keys the identifier hashes and, by its prefix, picks the region. nil for
-    ///     local-only use: identifiers are then keyed by a secret of this installation
-    ///     (`FingerlyOptions.stateDirectory`), else by a key of the run.
-    ///   - endpoint: overrides the region's endpoint; "" uses the region in the key.
+    ///   - apiKey: `fly_pk_<region>_<environment>_<org>_<random>`. Its organization keys the
+    ///     identifier hashes (so rotating keys keeps every identifier) and its region picks the API
+    ///     origin. nil for local-only use: identifiers are then keyed by a secret of this
+    ///     installation (`FingerlyOptions.stateDirectory`), else by a key of the run.
+    ///   - endpoint: an http(s) URL that replaces the region's origin; "" uses the region's.
     ///   - schedule: the time budget and concurrency of every call.
     ///   - consent: the application's consent state; until `.granted`, calls throw `ConsentError`.
     ///   - options: root, attributes to ignore, policy, state directory, logger.
@@ -80,6 +81,14 @@ public final class Fingerly: Sendable {
             throw invalid("schedule.sourceTimeoutOverrideMs", "must be positive, got \(override)")
         }
         guard !schedule.tiers.isEmpty else { throw invalid("schedule.tiers", "needs at least one tier") }
+        var key: APIKey?
+        if let apiKey {
+            if let problem = APIKey.problem(apiKey) { throw invalid("apiKey", problem) }
+            key = APIKey(apiKey)
+        }
+        if !endpoint.isEmpty, let problem = endpointProblem(endpoint) {
+            throw invalid("endpoint", "\(problem): '\(BoundedText.bounded(endpoint, limit: 256))'")
+        }
         guard options.root.hasPrefix("/") else { throw invalid("options.root", "must be an absolute path, got '\(BoundedText.bounded(options.root, limit: 256))'") }
         if let directory = options.stateDirectory, !directory.hasPrefix("/") {
             throw invalid("options.stateDirectory", "must be an absolute path, got '\(BoundedText.bounded(directory, limit: 256))'")
@@ -108,16 +117,17 @@ public final class Fingerly: Sendable {
         }
         // Decode the embedded tables now, so no identify call pays for it inside its budget.
         _ = DetectionTables.embedded
-        return Fingerly(apiKey: apiKey, endpoint: endpoint, schedule: schedule, consent: consent, options: options,
+        return Fingerly(apiKey: key, endpoint: endpoint, schedule: schedule, consent: consent, options: options,
                         policy: given, filter: filter, probes: probes, catalogue: catalogue)
     }
 
-    private init(apiKey: String?, endpoint: String, schedule: ScheduleOptions, consent: ConsentState, options: FingerlyOptions,
+    private init(apiKey: APIKey?, endpoint: String, schedule: ScheduleOptions, consent: ConsentState, options: FingerlyOptions,
                  policy given: Policy?, filter: AttributeFilter, probes: [String: any Probe], catalogue: ProbeCatalogue) {
         self.probes = probes
         self.catalogue = catalogue
-        region = Region(apiKey: apiKey)
-        self.endpoint = endpoint
+        region = apiKey?.region ?? .us
+        // "" uses the region's origin; a non-empty endpoint (a self-hosted server, a proxy) replaces it.
+        self.endpoint = endpoint.isEmpty ? region.origin : endpoint
         self.schedule = schedule
         self.options = options
         self.apiKey = apiKey
@@ -198,7 +208,7 @@ public final class Fingerly: Sendable {
     /// The hasher of this instance's runs: the API key's, else the installation secret's, else
     /// one per-run key for the life of this instance.
     func identifierHasher() -> IdentifierHasher {
-        if let apiKey { return IdentifierHasher(apiKey: apiKey, freeText: freeText) }
+        if let apiKey { return IdentifierHasher(organization: apiKey.organization, freeText: freeText) }
         return localHasher.withLock { cached in
             if let cached { return cached }
             let made: IdentifierHasher

@@ -36,7 +36,9 @@ package enum FingerlyIdentify {
           --check-tls HOST:PORT,…  Connect (through the environment's proxy) and compare the presented
                                    chain with the --pin values: a mismatch is a mitm verdict.
           --pin PIN,…              Expected SPKI SHA-256, base64, optionally prefixed sha256/.
-          --api-key KEY            Keys the identifier hashes (default: $FINGERLY_API_KEY). Without one,
+          --api-key KEY            fly_pk_<region>_<env>_<org>_<random> (default: $FINGERLY_API_KEY): its
+                                   organization keys the identifier hashes, so every key of one
+                                   organization gives the same identifiers. Without one,
                                    a random secret of this installation, kept in the state directory,
                                    keys them; if that directory is unusable, a key of this run alone.
                                    The report's identifierKeying says which.

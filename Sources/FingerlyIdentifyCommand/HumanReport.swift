@@ -65,7 +65,7 @@ struct HumanReport {
             lines.append("No suspect score: the policy has no suspect section. Nothing was sent (--no-submit); --json shows the full report.")
         }
         switch report.identifierKeying {
-        case .apiKey?: lines.append("Identifiers are keyed by the API key.")
+        case .organization?: lines.append("Identifiers are keyed by the organization named in the API key: any of its keys gives the same ones.")
         case .installationSecret?: lines.append("Identifiers are keyed by this installation's secret (state directory): no other installation's reports match them.")
         case .perRun?: lines.append("Identifiers are keyed for this run only (no usable state directory): they match no other run.")
         case nil: break

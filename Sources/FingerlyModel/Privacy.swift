@@ -1,7 +1,8 @@
 /// Which key the identifier hashes of a report were made with.
 public enum IdentifierKeying: String, Sendable, Codable, Hashable {
-    /// The API key: one organisation always sees the same value for a host.
-    case apiKey
+    /// The organization named in the API key: one organization always sees the same value for a
+    /// host, whichever of its keys or environments sent it.
+    case organization
     /// A random secret kept in this installation's state directory: stable across runs here,
     /// unlinkable to any other installation's reports.
     case installationSecret

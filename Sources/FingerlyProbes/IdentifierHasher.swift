@@ -27,9 +27,11 @@ package struct IdentifierHasher: Sendable {
         _ = startDetachedThread { _ = sha256 }
     }
 
-    package init(apiKey: String, freeText: FreeTextHandling = .fingerprint) {
-        key = Array(apiKey.utf8)
-        keying = .apiKey
+    /// Keyed by the organization alone: rotating a key, or moving between environments, keeps
+    /// every identifier; two organizations never share one.
+    package init(organization: String, freeText: FreeTextHandling = .fingerprint) {
+        key = Array("fingerly-identifier-key-v1\norganization:\(organization)".utf8)
+        keying = .organization
         self.freeText = freeText
     }
 

@@ -52,7 +52,7 @@ import Testing
             let entry = try #require(catalogue.entry(probe.id))
             let log = HostAccessLog()
             let context = ProbeContext(host: HostFileSystem(root: root, log: log), tables: .embedded,
-                                       filter: .none, hasher: IdentifierHasher(apiKey: "k"))
+                                       filter: .none, hasher: IdentifierHasher(organization: "acme"))
             try? probe.collect(into: context)
             let declared = Dictionary(uniqueKeysWithValues: entry.signals.map { ($0.name, $0) })
             for (name, value) in context.signals {

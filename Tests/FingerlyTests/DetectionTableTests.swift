@@ -8,7 +8,7 @@ import Testing
 
 @Suite struct DetectionTableTests {
     private static func context(_ tables: DetectionTables = .embedded) -> ProbeContext {
-        ProbeContext(host: HostFileSystem(root: "/"), tables: tables, filter: .none, hasher: IdentifierHasher(apiKey: "k"))
+        ProbeContext(host: HostFileSystem(root: "/"), tables: tables, filter: .none, hasher: IdentifierHasher(organization: "acme"))
     }
 
     /// The shipped tables with extra members spliced in before the first one.
@@ -47,7 +47,7 @@ import Testing
                                       budgetMs: 1, elapsedMs: 0,
                                       probes: [ProbeEntry(id: "process-parent", tier: .fast, status: .ok, durationMs: 0, detail: nil, issues: [],
                                                           signals: ["process.parent_comm": .string(parent)], identityComponents: [])],
-                                      identity: .derive(from: [], hasher: IdentifierHasher(apiKey: "k")))
+                                      identity: .derive(from: [], hasher: IdentifierHasher(organization: "acme")))
             return VerdictEngine(policy: policy, catalogue: .embedded).evaluate(report)[.automation]
         }
         #expect(verdict("frobd")?.value == true)

@@ -115,7 +115,7 @@ import Testing
             let entry = try #require(catalogue.entry(probe.id))
             let log = HostAccessLog()
             let context = ProbeContext(host: HostFileSystem(root: root, log: log), tables: .embedded,
-                                       filter: .none, hasher: IdentifierHasher(apiKey: "k"))
+                                       filter: .none, hasher: IdentifierHasher(organization: "acme"))
             try? probe.collect(into: context)
             for path in log.recorded {
                 #expect(entry.reads.contains { CatalogueTests.matches(pattern: $0, path: path) },

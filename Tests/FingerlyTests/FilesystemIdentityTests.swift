@@ -8,7 +8,7 @@ import Testing
 
 @Suite(.serialized) struct FilesystemIdentityTests {
     private func run(_ root: String) throws -> (signals: [String: SignalValue], identity: HostIdentity, probe: ProbeEntry) {
-        let output = try runCLI(["--no-submit", "--json", "--api-key", "org-a", "--root", root])
+        let output = try runCLI(["--no-submit", "--json", "--api-key", TestKeys.key(org: "org-a"), "--root", root])
         try #require(output.status == 0, "\(output.standardError)")
         let report = try output.identifyResult().report
         let probe = try report.probe("filesystem")
@@ -19,7 +19,7 @@ import Testing
         let root = try DeviceFixtures.filesystemRoot(.images(worldReadable: true), label: "blkid")
         let (signals, identity, probe) = try run(root)
         #expect(probe.status == .ok)
-        let hasher = IdentifierHasher(apiKey: "org-a")
+        let hasher = IdentifierHasher(organization: "org-a")
         #expect(signals["fs.root_type"] == .string("ext4"))
         #expect(signals["fs.root_uuid"] == .string(hasher.hash(DeviceFixtures.rootUUID)))
         #expect(signals["fs.root_uuid_source"] == .string("libblkid"))

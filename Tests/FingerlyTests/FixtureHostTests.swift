@@ -176,9 +176,9 @@ let hostExpectations: [HostExpectation] = [
 
     @Test func identifiersAreKeyedPerAPIKeyAndStableForOne() async throws {
         let root = TestPaths.fixture("laptop-baremetal")
-        let first = try await identify(root: root, apiKey: "org-one")
-        let again = try await identify(root: root, apiKey: "org-one")
-        let other = try await identify(root: root, apiKey: "org-two")
+        let first = try await identify(root: root, apiKey: TestKeys.key(org: "org-one"))
+        let again = try await identify(root: root, apiKey: TestKeys.key(org: "org-one"))
+        let other = try await identify(root: root, apiKey: TestKeys.key(org: "org-two"))
         for name in ["machine.machine_id", "machine.dmi_product_uuid", "machine.dmi_product_serial", "machine.dmi_board_serial"] {
             let value = try #require(first.signals[name], "\(name) missing")
             #expect(value == again.signals[name], "\(name) is not stable for one key")
@@ -190,16 +190,16 @@ let hostExpectations: [HostExpectation] = [
 
     @Test func hashIsHMACSHA256OfTheNormalisedValue() {
         // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?".
-        #expect(IdentifierHasher(apiKey: "Jefe").hash("what do ya want for nothing?")
+        #expect(IdentifierHasher(secret: Array("Jefe".utf8), keying: .perRun).hash("what do ya want for nothing?")
                 == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
-        let hasher = IdentifierHasher(apiKey: "k")
+        let hasher = IdentifierHasher(organization: "acme")
         #expect(hasher.hash("ABCDEF\n") == hasher.hash("abcdef"))
     }
 
     @Test func ignoredAttributesAreNeitherReadNorReported() async throws {
         let root = TestPaths.fixture("laptop-baremetal")
         let log = HostAccessLog()
-        let fingerly = try Fingerly.loadBlocking(apiKey: "k", consent: .granted,
+        let fingerly = try Fingerly.loadBlocking(apiKey: TestKeys.standard, consent: .granted,
                                          options: FingerlyOptions(root: root, attributesToIgnore: ["machine.machine_id", "machine.machine_id_state", "dmi.*", "memory"]))
         let report = fingerly.collectBlocking(tag: nil, tiers: [.fast], log: log)
         #expect(report.signals["machine.machine_id"] == nil)
@@ -230,14 +230,16 @@ let hostExpectations: [HostExpectation] = [
     }
 
     @Test func submissionIsRefusedRatherThanFaked() async throws {
-        let fingerly = try Fingerly.loadBlocking(apiKey: "k", consent: .granted, options: FingerlyOptions(root: TestPaths.fixture("laptop-baremetal")))
+        let fingerly = try Fingerly.loadBlocking(apiKey: TestKeys.standard, consent: .granted, options: FingerlyOptions(root: TestPaths.fixture("laptop-baremetal")))
         await #expect(throws: FingerlyError.submissionUnavailable) { try await fingerly.identify() }
     }
 
-    @Test func regionFollowsTheKeyPrefix() {
-        #expect(Region(apiKey: "eu_live_abc") == .eu)
-        #expect(Region(apiKey: "ap-123") == .ap)
-        #expect(Region(apiKey: "live_abc") == .us)
-        #expect(Region(apiKey: nil) == .us)
+    @Test func regionFollowsTheKeyPrefix() throws {
+        #expect(APIKey(TestKeys.key(region: "eu"))?.region == .eu)
+        #expect(APIKey(TestKeys.key(region: "ap"))?.region == .ap)
+        #expect(try Fingerly.loadBlocking(apiKey: TestKeys.key(region: "eu")).endpoint == "https://eu.api.fingerly.io")
+        #expect(try Fingerly.loadBlocking(apiKey: TestKeys.key(region: "eu"), endpoint: "https://fingerly.internal:8443/prefix").endpoint
+                == "https://fingerly.internal:8443/prefix")
+        #expect(try Fingerly.loadBlocking(apiKey: nil).region == .us)
     }
 }

@@ -17,7 +17,7 @@ import Testing
     }
 
     private func report(_ root: String, asNobody: Bool = false) throws -> SignalReport {
-        let arguments = ["--no-submit", "--json", "--api-key", "org-a", "--root", root]
+        let arguments = ["--no-submit", "--json", "--api-key", TestKeys.key(org: "org-a"), "--root", root]
         let output = asNobody
             ? try runProcess("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", TestPaths.cli] + arguments)
             : try runCLI(arguments)
@@ -165,8 +165,8 @@ import Testing
 
     @Test func sysfsFallbackAndLibudevAgreeOnDeviceComponents() throws {
         let root = try laptop("id-udev-vs-sysfs")
-        let sysfs = try runCLI(["--no-submit", "--json", "--api-key", "org-a", "--tiers", "deferred", "--root", root])
-        let udev = try DeviceFixtures.runUnderUmockdev([DeviceFixtures.laptop], ["--no-submit", "--json", "--api-key", "org-a", "--tiers", "deferred"])
+        let sysfs = try runCLI(["--no-submit", "--json", "--api-key", TestKeys.key(org: "org-a"), "--tiers", "deferred", "--root", root])
+        let udev = try DeviceFixtures.runUnderUmockdev([DeviceFixtures.laptop], ["--no-submit", "--json", "--api-key", TestKeys.key(org: "org-a"), "--tiers", "deferred"])
         try #require(sysfs.status == 0 && udev.status == 0, "\(sysfs.standardError)\(udev.standardError)")
         func components(_ output: ProcessOutput) throws -> Set<String> {
             let probes = try output.identifyResult().report.probes

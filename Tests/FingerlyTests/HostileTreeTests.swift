@@ -48,7 +48,7 @@ import Testing
         try #require(FileManager.default.isExecutableFile(atPath: IntegrityScenarioTests.releaseCLI),
                      "\(IntegrityScenarioTests.releaseCLI) is missing: scripts/test builds it")
         let run = try runProcess("/usr/bin/time", ["-f", "%M", "-o", timing, IntegrityScenarioTests.releaseCLI, "--root", root, "--no-submit", "--json",
-                                                   "--api-key", "test-key", "--budget-ms", String(Self.budgetMs), "--tiers", "fast,deferred"],
+                                                   "--api-key", TestKeys.standard, "--budget-ms", String(Self.budgetMs), "--tiers", "fast,deferred"],
                                  timeout: 60)
         #expect(run.status == 0 || run.status == 3, "exit \(run.status): \(run.standardError.suffix(2000))")
         let peakKiB = Int(try String(contentsOfFile: timing, encoding: .utf8).split(separator: "\n").last ?? "") ?? .max
@@ -61,7 +61,7 @@ import Testing
         let result = try run.identifyResult()
         #expect(result.report.probes.count == ProbeCatalogue.embedded.probes.count)
         // Nothing of the live host: its machine-id hash, its NICs' MAC hashes.
-        let hasher = IdentifierHasher(apiKey: "test-key")
+        let hasher = IdentifierHasher(organization: "acme")
         var liveValues: [String] = []
         if let machineId = try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8) {
             liveValues.append(hasher.hash(machineId.trimmingCharacters(in: .whitespacesAndNewlines)))

@@ -9,7 +9,7 @@ import Testing
 /// The one place the live host is read: assert only what the test can know independently.
 @Suite struct LiveHostTests {
     @Test func liveRunAgreesWithWhatTheTestCanSeeItself() throws {
-        let run = try runCLI(["--no-submit", "--json", "--tiers", "fast", "--api-key", "live-test"])
+        let run = try runCLI(["--no-submit", "--json", "--tiers", "fast", "--api-key", TestKeys.key(org: "live-test")])
         #expect(run.status == 0, "\(run.standardError)")
         let result = try run.identifyResult()
         #expect(result.report.root == "/")
@@ -40,7 +40,7 @@ import Testing
         if let machineId = try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),
            machineId.count == 32 {
             #expect(!run.standardOutput.contains(machineId))
-            #expect(signals["machine.machine_id"] == .string(IdentifierHasher(apiKey: "live-test").hash(machineId)))
+            #expect(signals["machine.machine_id"] == .string(IdentifierHasher(organization: "live-test").hash(machineId)))
         }
         let environmentHasPreload = ProcessInfo.processInfo.environment["LD_PRELOAD"] != nil
         #expect(result.verdicts.tampering.value == environmentHasPreload)

@@ -86,11 +86,11 @@ import Testing
 
     @Test func anAPIKeyStillKeysIdentifiersAndTouchesNoStateDirectory() throws {
         let scratch = try TestPaths.temporaryDirectory("state")
-        let run = try Self.result(try runCLI(["--no-submit", "--json", "--tiers", "fast", "--api-key", "org-a",
+        let run = try Self.result(try runCLI(["--no-submit", "--json", "--tiers", "fast", "--api-key", TestKeys.key(org: "org-a"),
                                               "--root", TestPaths.fixture("laptop-baremetal"), "--state-dir", scratch + "/s"]))
-        #expect(run.report.identifierKeying == .apiKey)
+        #expect(run.report.identifierKeying == .organization)
         let machineId = try String(contentsOfFile: TestPaths.fixture("laptop-baremetal") + "/etc/machine-id", encoding: .utf8)
-        #expect(run.signals["machine.machine_id"] == .string(IdentifierHasher(apiKey: "org-a").hash(machineId)))
+        #expect(run.signals["machine.machine_id"] == .string(IdentifierHasher(organization: "org-a").hash(machineId)))
         #expect(!FileManager.default.fileExists(atPath: scratch + "/s"))
     }
 
@@ -209,12 +209,12 @@ import Testing
         let root = try DeviceFixtures.hostRoot(recordings: [DeviceFixtures.laptop], label: "nic")
         let address = try #require(FileManager.default.subpaths(atPath: root + "/sys/devices")?.first { $0.hasSuffix("net/wlp0s20f3/address") })
         try DeviceFixtures.write("00:50:56:12:34:56\n", to: root + "/sys/devices/" + address)
-        let output = try runCLI(["--no-submit", "--json", "--tiers", "deferred", "--api-key", "k", "--root", root])
+        let output = try runCLI(["--no-submit", "--json", "--tiers", "deferred", "--api-key", TestKeys.standard, "--root", root])
         let run = try Self.result(output)
         #expect(run.signals["net.nic_vendor_classes"] == .strings(["vmware"]))
         #expect(run.signals["net.ouis"] == nil)
         #expect(!output.standardOutput.contains("00:50:56"))
-        #expect(run.signals["net.permanent_macs"] == .strings(["wlp0s20f3 " + IdentifierHasher(apiKey: "k").hash("00:50:56:12:34:56")]))
+        #expect(run.signals["net.permanent_macs"] == .strings(["wlp0s20f3 " + IdentifierHasher(organization: "acme").hash("00:50:56:12:34:56")]))
     }
 
     // MARK: Personal free text
@@ -247,7 +247,7 @@ import Testing
     /// into the mitm verdict's reason, in clear.
     @Test func personalFreeTextLeavesOnlyAsAFingerprint() throws {
         let root = try Self.personalRoot()
-        let base = ["--no-submit", "--tiers", "all", "--api-key", "k", "--root", root]
+        let base = ["--no-submit", "--tiers", "all", "--api-key", TestKeys.standard, "--root", root]
         let json = try runCLI(base + ["--json"])
         let human = try runCLI(base)
         for output in [json, human] {
@@ -256,7 +256,7 @@ import Testing
         }
         let run = try Self.result(json)
         #expect(run.report.freeText == .fingerprint)
-        let hasher = IdentifierHasher(apiKey: "k")
+        let hasher = IdentifierHasher(organization: "acme")
         let subjectPrint = try #require(run.signals["tls.local_roots"].flatMap { value -> String? in
             if case .strings(let items) = value { return items.first } else { return nil } })
         #expect(subjectPrint.hasPrefix("fp:") && subjectPrint.hasSuffix(" (the bundle only)"))
@@ -265,7 +265,7 @@ import Testing
         #expect(run.signals["input.devices"].map { "\($0)" }?.contains("'\(hasher.personal("Alice Example's Keyboard"))' bus=serio") == true)
 
         // The same text gives the same fingerprint only under the same key.
-        let otherKey = try Self.result(try runCLI(["--no-submit", "--json", "--tiers", "all", "--api-key", "other", "--root", root]))
+        let otherKey = try Self.result(try runCLI(["--no-submit", "--json", "--tiers", "all", "--api-key", TestKeys.key(org: "other"), "--root", root]))
         #expect(otherKey.signals["tls.local_roots"] != run.signals["tls.local_roots"])
     }
 
@@ -273,7 +273,7 @@ import Testing
     /// signal that then carries the person's text is one the catalogue marks personal.
     @Test func aPolicyThatKeepsFreeTextKeepsItAndOnlyPersonalSignalsCarryIt() throws {
         let root = try Self.personalRoot()
-        let kept = try Self.result(try runCLI(["--no-submit", "--json", "--tiers", "all", "--api-key", "k", "--root", root,
+        let kept = try Self.result(try runCLI(["--no-submit", "--json", "--tiers", "all", "--api-key", TestKeys.standard, "--root", root,
                                                "--policy", try Self.policy(privacy: "keep")]))
         #expect(kept.report.freeText == .keep)
         #expect(kept.signals["tls.local_roots"] == .strings(["CN=\(Self.person) (the bundle only)"]))
@@ -284,7 +284,7 @@ import Testing
         #expect(carriers.isSubset(of: personal))
 
         // The flag overrides the policy either way.
-        let flagged = try Self.result(try runCLI(["--no-submit", "--json", "--tiers", "all", "--api-key", "k", "--root", root,
+        let flagged = try Self.result(try runCLI(["--no-submit", "--json", "--tiers", "all", "--api-key", TestKeys.standard, "--root", root,
                                                   "--policy", try Self.policy(privacy: "keep"), "--free-text", "fingerprint"]))
         #expect(flagged.report.freeText == .fingerprint)
         #expect(!"\(flagged.signals)".lowercased().contains("alice"))
@@ -301,7 +301,7 @@ import Testing
     @Test func theEmbeddedPolicyFingerprintsFreeText() throws {
         #expect(FreeTextHandling.embeddedDefault == .fingerprint)
         #expect(FreeTextHandling.embeddedDefault == Policy.embeddedFreeText, "the SDK's default must be what policies/default.json says")
-        #expect(try Fingerly.loadBlocking(apiKey: "k").identifierHasher().freeText == .fingerprint)
+        #expect(try Fingerly.loadBlocking(apiKey: TestKeys.standard).identifierHasher().freeText == .fingerprint)
         #expect(try PolicyLoader(catalogue: .embedded, tables: .embedded).load(Data(#"{"policyVersion": 1, "verdicts": {}, "privacy": {"freeText": "keep"}}"#.utf8), source: "t").freeText == .keep)
         #expect(try FreeTextHandling.fromPolicy(Array(#"{"policyVersion": 1, "verdicts": {}}"#.utf8), source: "t") == .fingerprint)
         #expect(throws: PolicyError.self) { try FreeTextHandling.fromPolicy(Array(#"{"privacy": {"freeText": "keep", "x": 1}}"#.utf8), source: "t") }
@@ -341,7 +341,7 @@ import Testing
             var runs: [[String: SignalValue]] = []
             for handling in [FreeTextHandling.keep, .fingerprint] {
                 let context = ProbeContext(host: HostFileSystem(root: root), tables: .embedded, filter: .none,
-                                           hasher: IdentifierHasher(apiKey: "k", freeText: handling))
+                                           hasher: IdentifierHasher(organization: "acme", freeText: handling))
                 try? probe.collect(into: context)
                 runs.append(context.signals)
             }

@@ -20,7 +20,7 @@ import Testing
 
     private static func run(_ probe: any Probe, root: String, log: HostAccessLog? = nil) -> ProbeContext {
         let context = ProbeContext(host: HostFileSystem(root: root, log: log), tables: .embedded, filter: .none,
-                                   hasher: IdentifierHasher(apiKey: "k"))
+                                   hasher: IdentifierHasher(organization: "acme"))
         try? probe.collect(into: context)
         return context
     }

@@ -9,9 +9,9 @@ import Testing
     /// The reference key is `fly_pk_us_production_…`: the region is the third component,
     /// and `endpoint: ""` must use it. Taking the first component makes every such key `us`.
     @Test func theRegionComesFromTheReferenceKeyShape() {
-        #expect(Region(apiKey: "fly_pk_eu_production_abc123") == .eu)
-        #expect(Region(apiKey: "fly_pk_ap_production_abc123") == .ap)
-        #expect(Region(apiKey: "fly_pk_us_production_abc123") == .us)
+        #expect(APIKey("fly_pk_eu_production_abc123_9f3kQx7Lm2Pz8RtYw")?.region == .eu)
+        #expect(APIKey("fly_pk_ap_production_abc123_9f3kQx7Lm2Pz8RtYw")?.region == .ap)
+        #expect(APIKey("fly_pk_us_production_abc123_9f3kQx7Lm2Pz8RtYw")?.region == .us)
     }
 
     /// FingerlyModel's plain `import FoundationEssentials` leaks Foundation's extension members

@@ -16,7 +16,7 @@ import Testing
         try DeviceFixtures.link(root + "/etc/os-release", to: "../usr/lib/os-release")
         try DeviceFixtures.write("ID=confined\n", to: root + "/usr/lib/os-release")
         let result = try await identify(root: root)
-        let hasher = IdentifierHasher(apiKey: "test-key")
+        let hasher = IdentifierHasher(organization: "acme")
         #expect(result.signals["machine.dbus_machine_id"] == .string(hasher.hash("0123456789abcdef0123456789abcdef")))
         #expect(result.signals["machine.dbus_machine_id_matches"] == .bool(true))
         #expect(result.signals["os.id"] == .string("confined"))
@@ -48,7 +48,7 @@ import Testing
         }
         let result = try await identify(root: root)
         let liveMachineId = try String(contentsOfFile: "/etc/machine-id", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-        let liveHash = IdentifierHasher(apiKey: "test-key").hash(liveMachineId)
+        let liveHash = IdentifierHasher(organization: "acme").hash(liveMachineId)
         let encoded = String(decoding: try JSONEncoder().encode(result), as: UTF8.self)
         #expect(!encoded.contains(liveHash))
         #expect(result.signals["machine.machine_id"] == nil)

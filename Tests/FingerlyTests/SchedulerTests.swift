@@ -53,7 +53,7 @@ struct ReadingProbe: Probe {
 }
 
 private func environment(root: String = "/") -> ProbeEnvironment {
-    ProbeEnvironment(host: HostFileSystem(root: root), tables: .embedded, filter: .none, hasher: IdentifierHasher(apiKey: "k"))
+    ProbeEnvironment(host: HostFileSystem(root: root), tables: .embedded, filter: .none, hasher: IdentifierHasher(organization: "acme"))
 }
 
 /// Blocks in read(2) on a pipe nobody writes: a probe stuck in a system call, which only the
@@ -160,7 +160,7 @@ func timedOffPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> (va
         let schedule = ScheduleOptions(budgetMs: 60, defaultSourceTimeoutMs: 250, concurrency: 4, tiers: [.fast],
                                        sourceTimeoutOverrideMs: 10_000)
         let probes: [any Probe] = ProbeRegistry.builtIn.map { $0.id == "os" ? BlockedInSystemCallProbe(id: "os") : $0 }
-        let fingerly = try Fingerly.loadBlocking(apiKey: "test-key", schedule: schedule, consent: .granted,
+        let fingerly = try Fingerly.loadBlocking(apiKey: TestKeys.standard, schedule: schedule, consent: .granted,
                                                  options: FingerlyOptions(root: root), probes: probesById(probes))
         let clock = ContinuousClock()
         let started = clock.now
@@ -194,7 +194,7 @@ struct BlockedProbe: Probe {
     /// entry (when there is one) is what still speaks.
     static func starvedFingerly(gate: DispatchSemaphore, budgetMs: Int) -> Fingerly {
         let probes: [any Probe] = ProbeRegistry.builtIn.map { $0.id == "collector" ? $0 : BlockedProbe(id: $0.id, gate: gate) }
-        return try! Fingerly.loadBlocking(apiKey: "k", schedule: ScheduleOptions(budgetMs: budgetMs, concurrency: 4, tiers: [.fast]),
+        return try! Fingerly.loadBlocking(apiKey: TestKeys.standard, schedule: ScheduleOptions(budgetMs: budgetMs, concurrency: 4, tiers: [.fast]),
                                           consent: .granted, options: FingerlyOptions(), probes: probesById(probes))
     }
 

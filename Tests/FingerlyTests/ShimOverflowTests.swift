@@ -43,7 +43,7 @@ import Testing
     }
 
     static func context(root: String = "/") -> ProbeContext {
-        ProbeContext(host: HostFileSystem(root: root), tables: .embedded, filter: .none, hasher: IdentifierHasher(apiKey: "k"))
+        ProbeContext(host: HostFileSystem(root: root), tables: .embedded, filter: .none, hasher: IdentifierHasher(organization: "acme"))
     }
 
     // MARK: certificate fingerprints

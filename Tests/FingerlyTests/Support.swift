@@ -183,7 +183,7 @@ final class Locked<Value>: @unchecked Sendable {
 }
 
 /// Collects a root tree in-process, with every probe and the default policy.
-func identify(root: String, ignore: Set<String> = [], apiKey: String? = "test-key",
+func identify(root: String, ignore: Set<String> = [], apiKey: String? = TestKeys.standard,
               schedule: ScheduleOptions = ScheduleOptions()) async throws -> IdentifyResult {
     let fingerly = try Fingerly.loadBlocking(apiKey: apiKey, schedule: schedule, consent: .granted,
                                      options: FingerlyOptions(root: root, attributesToIgnore: ignore))
@@ -224,7 +224,7 @@ func singleProbeReport(_ signals: [String: SignalValue], status: ProbeStatus = .
     SignalReport(schemaVersion: 1, collectorVersion: "t", collectedAt: Date(), tag: nil, root: "/", tiers: [.fast], budgetMs: 1,
                  elapsedMs: 0, probes: [ProbeEntry(id: probe, tier: .fast, status: status, durationMs: 0, detail: detail,
                                                    issues: [], signals: signals, identityComponents: [])],
-                 identity: .derive(from: [], hasher: IdentifierHasher(apiKey: "k")))
+                 identity: .derive(from: [], hasher: IdentifierHasher(organization: "acme")))
 }
 
 /// The verdicts a policy gives these signals, from one probe that ended with `status`.
@@ -234,4 +234,14 @@ func evaluate(_ policy: Policy, _ signals: [String: SignalValue], status: ProbeS
 
 func runShell(_ script: String, _ arguments: String...) throws -> ProcessOutput {
     try runProcess("/bin/sh", ["-c", script, "sh"] + arguments)
+}
+
+/// Public keys in the format `Fingerly.load` accepts; the organization is what keys identifiers.
+enum TestKeys {
+    static func key(org: String = "acme", environment: String = "production", region: String = "us",
+                    random: String = "0123456789abcdefABCD") -> String {
+        "fly_pk_\(region)_\(environment)_\(org)_\(random)"
+    }
+
+    static let standard = key()
 }

@@ -362,7 +362,7 @@ final class LoopbackListener: @unchecked Sendable {
             TLSPinCheck(host: "127.0.0.1", port: 0, pins: [Self.anyPin]),
             TLSPinCheck(host: "127.0.0.1", port: 443, pins: ["not a pin"]),
         ]
-        let fingerly = try Fingerly.loadBlocking(apiKey: "k", consent: .granted, options: options)
+        let fingerly = try Fingerly.loadBlocking(apiKey: TestKeys.standard, consent: .granted, options: options)
         let report = fingerly.collectBlocking(tag: nil, tiers: [.deferred], only: ["tls-pin-check"])
         let unconfirmed: [String]
         if case .strings(let lines)? = report.signals["tls.pin_unconfirmed"] { unconfirmed = lines } else { unconfirmed = [] }

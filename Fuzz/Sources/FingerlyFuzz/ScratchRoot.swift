@@ -54,7 +54,7 @@ final class ScratchRoot: @unchecked Sendable {
 
     /// What a probe sees of the tree, as the scheduler would build it.
     func context() -> ProbeContext {
-        ProbeContext(host: host, tables: .embedded, filter: .none, hasher: IdentifierHasher(apiKey: "fuzz"))
+        ProbeContext(host: host, tables: .embedded, filter: .none, hasher: IdentifierHasher(organization: "fuzz"))
     }
 
     /// Runs a probe over the tree the way the scheduler does, minus threads and deadlines.

@@ -1,0 +1,71 @@
+import FoundationEssentials
+
+/// A public key, `fly_pk_<region>_<environment>_<org>_<random>`: the region picks the API origin,
+/// the organization keys every identifier hash, and the rest names one key among the
+/// organization's, which can be rotated without changing any identifier.
+package struct APIKey: Sendable, Hashable {
+    package let region: Region
+    package let environment: String
+    package let organization: String
+
+    /// Lengths the parts may take: enough for any real name, short enough that a key pasted from
+    /// the wrong place (a whole file, a secret) is refused rather than used.
+    static let nameLengths = 1...64
+    static let randomLengths = 16...128
+
+    /// Why `text` is not a public key, or nil. Said without quoting the key: it may be a secret
+    /// pasted by mistake, and errors end up in logs.
+    package static func problem(_ text: String) -> String? {
+        let parts = text.split(separator: "_", omittingEmptySubsequences: false)
+        guard parts.count == 6, parts[0] == "fly" else {
+            return "expected fly_pk_<region>_<environment>_<org>_<random>"
+        }
+        guard parts[1] == "pk" else {
+            return parts[1] == "sk" ? "a secret key (fly_sk_…) must never ship in a client; use the public key (fly_pk_…)"
+                                    : "expected a public key, fly_pk_…"
+        }
+        guard Region(rawValue: String(parts[2])) != nil else {
+            return "unknown region; expected \(Region.allCases.map(\.rawValue).joined(separator: ", "))"
+        }
+        func isName(_ part: Substring) -> Bool {
+            nameLengths.contains(part.utf8.count) && part.utf8.allSatisfy { (97...122).contains($0) || (48...57).contains($0) || $0 == 45 }
+        }
+        guard isName(parts[3]) else { return "the environment must be 1-64 of a-z, 0-9 and -" }
+        guard isName(parts[4]) else { return "the organization must be 1-64 of a-z, 0-9 and -" }
+        guard randomLengths.contains(parts[5].utf8.count),
+              parts[5].utf8.allSatisfy({ (65...90).contains($0) || (97...122).contains($0) || (48...57).contains($0) }) else {
+            return "the key's last part must be 16-128 letters and digits"
+        }
+        return nil
+    }
+
+    package init?(_ text: String) {
+        guard Self.problem(text) == nil else { return nil }
+        let parts = text.split(separator: "_")
+        region = Region(rawValue: String(parts[2]))!
+        environment = String(parts[3])
+        organization = String(parts[4])
+    }
+}
+
+/// The service region a key names.
+package enum Region: String, Sendable, Codable, CaseIterable {
+    case us, eu, ap
+
+    /// The API origin of each region; a non-empty `endpoint` replaces it.
+    package var origin: String { "https://\(rawValue).api.fingerly.io" }
+}
+
+/// Why `text` cannot be an endpoint, or nil: an http or https URL with a host, without user
+/// information, query or fragment (a path prefix, for a first-party proxy, is fine).
+package func endpointProblem(_ text: String) -> String? {
+    guard let url = URL(string: text), let scheme = url.scheme?.lowercased() else { return "not a URL" }
+    guard scheme == "https" || scheme == "http" else { return "the scheme must be https or http" }
+    guard let host = url.host, !host.isEmpty else { return "the URL names no host" }
+    guard url.user == nil, url.password == nil else { return "user information does not belong in an endpoint" }
+    guard url.query == nil, url.fragment == nil else { return "a query or fragment does not belong in an endpoint" }
+    guard text.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7f }) else {
+        return "only printable ASCII, without spaces"
+    }
+    return nil
+}
