@@ -86,9 +86,8 @@ public final class Fingerly: Sendable {
             if let problem = APIKey.problem(apiKey) { throw invalid("apiKey", problem) }
             key = APIKey(apiKey)
         }
-        if !endpoint.isEmpty, let problem = endpointProblem(endpoint) {
-            throw invalid("endpoint", "\(problem): '\(BoundedText.bounded(endpoint, limit: 256))'")
-        }
+        // Not quoted back: an endpoint with user information carries a password.
+        if !endpoint.isEmpty, let problem = endpointProblem(endpoint) { throw invalid("endpoint", problem) }
         guard options.root.hasPrefix("/") else { throw invalid("options.root", "must be an absolute path, got '\(BoundedText.bounded(options.root, limit: 256))'") }
         if let directory = options.stateDirectory, !directory.hasPrefix("/") {
             throw invalid("options.stateDirectory", "must be an absolute path, got '\(BoundedText.bounded(directory, limit: 256))'")

@@ -38,7 +38,9 @@ import Testing
         do {
             _ = try Fingerly.loadBlocking(apiKey: TestKeys.standard, endpoint: endpoint)
         } catch {
-            if case .invalidConfiguration(let field, _) = error { #expect(field == "endpoint") } else { Issue.record("\(error)") }
+            guard case .invalidConfiguration(let field, let reason) = error else { Issue.record("\(error)"); return }
+            #expect(field == "endpoint")
+            #expect(!reason.contains("pw@"), "a password in the endpoint is never repeated: \(reason)")
         }
     }
 
