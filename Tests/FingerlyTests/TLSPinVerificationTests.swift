@@ -110,6 +110,10 @@ final class LoopbackListener: @unchecked Sendable {
     private let received = Locked(Data())
     private let connections = Locked(0)
     private let finished = DispatchSemaphore(value: 0)
+    /// Signalled when the accept thread has returned: only then may the listening descriptor be
+    /// closed, or its number, reused by the next test's listener, would be accepted on by this
+    /// thread (a plain-text answer on a socket meant to stay silent).
+    private let threadExited = DispatchSemaphore(value: 0)
 
     enum Behaviour {
         /// Answers with plain text and closes.
@@ -138,7 +142,8 @@ final class LoopbackListener: @unchecked Sendable {
         }
         descriptor = listening
         port = Int(UInt16(bigEndian: address.sin_port))
-        Thread { [received, connections, finished] in
+        Thread { [received, connections, finished, threadExited] in
+            defer { threadExited.signal() }
             while true {
                 let client = accept(listening, nil, nil)
                 if client < 0 { break }
@@ -184,7 +189,9 @@ final class LoopbackListener: @unchecked Sendable {
     var connectionCount: Int { connections.value }
 
     deinit {
+        // shutdown wakes the accept; the descriptor is closed once the thread is done with it.
         shutdown(descriptor, Int32(SHUT_RDWR))
+        _ = threadExited.wait(timeout: .now() + 10)
         close(descriptor)
     }
 }
