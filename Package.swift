@@ -23,8 +23,11 @@ let package = Package(
         // What Swift cannot call directly (inline asm, raw system calls, ioctls, OpenSSL's macros),
         // one target per concern. Each hands back C structs, called only through FingerlyHost.
         .target(name: "CFingerlyCPUID"),
-        .target(name: "CFingerlyIntegrity"),
-        .target(name: "CFingerlyTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        // The bounded, UTF-8-safe copy every shim fills its text fields with.
+        .target(name: "CFingerlyText"),
+        .target(name: "CFingerlyIntegrity", dependencies: ["CFingerlyText"]),
+        .target(name: "CFingerlyTLS", dependencies: ["CFingerlyText"],
+                linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         .target(name: "CFingerlyNetDevice"),
         .target(name: "CFingerlyFiles"),
 

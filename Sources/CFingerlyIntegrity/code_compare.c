@@ -1,6 +1,6 @@
 #define _GNU_SOURCE
 #include "fingerly_integrity.h"
-#include "copy_text.h"
+#include "object_path.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -23,7 +23,7 @@ int fingerly_compare_code_with_file(const void *address, unsigned char *memory, 
         file = "/proc/self/exe";
     }
     copy_object_path(address, path, path_capacity);
-    if (path_capacity && !path[0]) copy_text(path, path_capacity, file);
+    if (path_capacity && !path[0]) fingerly_copy_text(path, path_capacity, file);
     int fd = open(file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     int result = -1;

@@ -1,6 +1,6 @@
 #define _GNU_SOURCE
 #include "fingerly_integrity.h"
-#include "copy_text.h"
+#include "object_path.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -48,8 +48,8 @@ static int list_object(struct dl_phdr_info *info, size_t size, void *data) {
     if (object_index < listing->object_capacity) {
         fingerly_loaded_object *object = &listing->objects[object_index];
         const char *path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "[main]";
-        object->path_truncated = copy_text(object->path, sizeof object->path, path);
-        object->soname_truncated = copy_text(object->soname, sizeof object->soname, soname);
+        object->path_truncated = fingerly_copy_text(object->path, sizeof object->path, path);
+        object->soname_truncated = fingerly_copy_text(object->soname, sizeof object->soname, soname);
         report->object_count = object_index + 1;
     } else {
         report->objects_cut = true;
@@ -63,7 +63,7 @@ static int list_object(struct dl_phdr_info *info, size_t size, void *data) {
         }
         fingerly_needed_library *needed = &listing->needed[needed_index];
         needed->object_index = object_index;
-        needed->name_truncated = copy_text(needed->name, sizeof needed->name, strings + entry->d_un.d_val);
+        needed->name_truncated = fingerly_copy_text(needed->name, sizeof needed->name, strings + entry->d_un.d_val);
         report->needed_count = needed_index + 1;
     }
     return 0;

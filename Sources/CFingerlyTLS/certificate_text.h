@@ -4,6 +4,7 @@
 #include "fingerly_tls.h"
 
 #include <openssl/x509.h>
+#include "fingerly_text.h"
 
 #define FINGERLY_INTERNAL __attribute__((visibility("hidden")))
 
@@ -16,8 +17,5 @@ FINGERLY_INTERNAL void fingerly_spki_pin(X509 *certificate, char out[FINGERLY_SP
 /// Fingerprint, SPKI pin, subject and issuer (RFC 2253), each name cut to its field and flagged.
 FINGERLY_INTERNAL void fingerly_describe_certificate(X509 *certificate, fingerly_certificate *out);
 
-/// Copies `length` bytes of `text` into `out` (`capacity` bytes, NUL included), cut short of a
-/// split UTF-8 sequence when it does not fit. Returns true when cut.
-FINGERLY_INTERNAL bool fingerly_copy_bounded(char *out, size_t capacity, const char *text, size_t length);
 
 #endif
