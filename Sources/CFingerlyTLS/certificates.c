@@ -55,23 +55,30 @@ struct block {
     long length;
     char fingerprint[FINGERLY_FINGERPRINT_SIZE];
     int packaged;
+    /// A shipped certificate parsed for the impersonation check, once whatever number of local
+    /// ones ask: the host writes both lists, so parses must not be their product.
+    X509 *parsed;
+    bool parse_failed;
 };
 
 /// Whether a shipped certificate carries `local`'s subject with another key. Candidates are found
 /// by the common name's bytes inside the shipped DER (the same bytes whatever ASN.1 string type
 /// encodes it), then confirmed by parsing: X509_NAME_cmp compares canonically.
-static bool impersonates_packaged(X509 *local, const struct block *blocks, size_t count) {
+static bool impersonates_packaged(X509 *local, struct block *blocks, size_t count) {
     char common_name[256] = "";
     int common_length = X509_NAME_get_text_by_NID(X509_get_subject_name(local), NID_commonName, common_name, sizeof common_name);
     bool found = false;
     for (size_t other = 0; common_length > 0 && other < count && !found; other++) {
         if (!blocks[other].packaged || !memmem(blocks[other].der, (size_t)blocks[other].length, common_name, (size_t)common_length)) continue;
-        const unsigned char *cursor = blocks[other].der;
-        X509 *shipped = d2i_X509(NULL, &cursor, blocks[other].length);
+        if (!blocks[other].parsed && !blocks[other].parse_failed) {
+            const unsigned char *cursor = blocks[other].der;
+            blocks[other].parsed = d2i_X509(NULL, &cursor, blocks[other].length);
+            blocks[other].parse_failed = blocks[other].parsed == NULL;
+        }
+        X509 *shipped = blocks[other].parsed;
         if (!shipped) continue;
         found = X509_NAME_cmp(X509_get_subject_name(shipped), X509_get_subject_name(local)) == 0 &&
                 EVP_PKEY_eq(X509_get0_pubkey(shipped), X509_get0_pubkey(local)) != 1;
-        X509_free(shipped);
     }
     return found;
 }
@@ -140,7 +147,10 @@ int fingerly_scan_trusted_certificates(const char *pem, size_t length, const fin
         scan->local.found++;
         X509_free(parsed);
     }
-    for (size_t index = 0; blocks && index < count; index++) OPENSSL_free(blocks[index].der);
+    for (size_t index = 0; blocks && index < count; index++) {
+        OPENSSL_free(blocks[index].der);
+        X509_free(blocks[index].parsed);
+    }
     free(blocks);
     return result;
 }
