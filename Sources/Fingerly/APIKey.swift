@@ -13,38 +13,47 @@ package struct APIKey: Sendable, Hashable {
     static let nameLengths = 1...64
     static let randomLengths = 16...128
 
-    /// Why `text` is not a public key, or nil. Said without quoting the key: it may be a secret
-    /// pasted by mistake, and errors end up in logs.
-    package static func problem(_ text: String) -> String? {
+    /// Reads a key, or says why `text` is not one. Said without quoting the key: it may be a
+    /// secret pasted by mistake, and errors end up in logs.
+    package static func parse(_ text: String) -> Result<APIKey, Problem> {
         let parts = text.split(separator: "_", omittingEmptySubsequences: false)
         guard parts.count == 6, parts[0] == "fly" else {
-            return "expected fly_pk_<region>_<environment>_<org>_<random>"
+            return .failure(Problem("expected fly_pk_<region>_<environment>_<org>_<random>"))
         }
         guard parts[1] == "pk" else {
-            return parts[1] == "sk" ? "a secret key (fly_sk_…) must never ship in a client; use the public key (fly_pk_…)"
-                                    : "expected a public key, fly_pk_…"
+            return .failure(Problem(parts[1] == "sk" ? "a secret key (fly_sk_…) must never ship in a client; use the public key (fly_pk_…)"
+                                                     : "expected a public key, fly_pk_…"))
         }
-        guard Region(rawValue: String(parts[2])) != nil else {
-            return "unknown region; expected \(Region.allCases.map(\.rawValue).joined(separator: ", "))"
+        guard let region = Region(rawValue: String(parts[2])) else {
+            return .failure(Problem("unknown region; expected \(Region.allCases.map(\.rawValue).joined(separator: ", "))"))
         }
         func isName(_ part: Substring) -> Bool {
             nameLengths.contains(part.utf8.count) && part.utf8.allSatisfy { (97...122).contains($0) || (48...57).contains($0) || $0 == 45 }
         }
-        guard isName(parts[3]) else { return "the environment must be 1-64 of a-z, 0-9 and -" }
-        guard isName(parts[4]) else { return "the organization must be 1-64 of a-z, 0-9 and -" }
+        guard isName(parts[3]) else { return .failure(Problem("the environment must be 1-64 of a-z, 0-9 and -")) }
+        guard isName(parts[4]) else { return .failure(Problem("the organization must be 1-64 of a-z, 0-9 and -")) }
         guard randomLengths.contains(parts[5].utf8.count),
               parts[5].utf8.allSatisfy({ (65...90).contains($0) || (97...122).contains($0) || (48...57).contains($0) }) else {
-            return "the key's last part must be 16-128 letters and digits"
+            return .failure(Problem("the key's last part must be 16-128 letters and digits"))
         }
-        return nil
+        return .success(APIKey(region: region, environment: String(parts[3]), organization: String(parts[4])))
+    }
+
+    /// Why a text is not a key.
+    package struct Problem: Error, Sendable, Hashable {
+        package let reason: String
+        init(_ reason: String) { self.reason = reason }
+    }
+
+    private init(region: Region, environment: String, organization: String) {
+        self.region = region
+        self.environment = environment
+        self.organization = organization
     }
 
     package init?(_ text: String) {
-        guard Self.problem(text) == nil else { return nil }
-        let parts = text.split(separator: "_")
-        region = Region(rawValue: String(parts[2]))!
-        environment = String(parts[3])
-        organization = String(parts[4])
+        guard case .success(let key) = Self.parse(text) else { return nil }
+        self = key
     }
 }
 

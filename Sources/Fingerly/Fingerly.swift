@@ -83,8 +83,10 @@ public final class Fingerly: Sendable {
         guard !schedule.tiers.isEmpty else { throw invalid("schedule.tiers", "needs at least one tier") }
         var key: APIKey?
         if let apiKey {
-            if let problem = APIKey.problem(apiKey) { throw invalid("apiKey", problem) }
-            key = APIKey(apiKey)
+            switch APIKey.parse(apiKey) {
+            case .success(let parsed): key = parsed
+            case .failure(let problem): throw invalid("apiKey", problem.reason)
+            }
         }
         // Not quoted back: an endpoint with user information carries a password.
         if !endpoint.isEmpty, let problem = endpointProblem(endpoint) { throw invalid("endpoint", problem) }
@@ -168,8 +170,7 @@ public final class Fingerly: Sendable {
     public func identify(tag: String? = nil, tiers: Set<Tier>? = nil, submit: Bool = true) async throws -> IdentifyResult {
         if submit {
             // Consent speaks first: a caller whose user has not agreed learns that, not a detail of transport.
-            let consent = consentState
-            guard consent == .granted else { throw ConsentError(state: consent) }
+            try requireConsent()
             throw FingerlyError.submissionUnavailable
         }
         let report = try await run(tag: tag, tiers: tiers ?? schedule.tiers, only: nil)
@@ -186,10 +187,14 @@ public final class Fingerly: Sendable {
         return IntegrityResult(verdicts: Verdicts(engine.evaluate(report)), report: report)
     }
 
-    /// The one path of every call: consent first, then the collection on a thread of its own.
-    private func run(tag: String?, tiers: Set<Tier>, only probeIds: Set<String>?) async throws(ConsentError) -> SignalReport {
+    private func requireConsent() throws(ConsentError) {
         let consent = consentState
         guard consent == .granted else { throw ConsentError(state: consent) }
+    }
+
+    /// The one path of every call: consent first, then the collection on a thread of its own.
+    private func run(tag: String?, tiers: Set<Tier>, only probeIds: Set<String>?) async throws(ConsentError) -> SignalReport {
+        try requireConsent()
         // The budget counts from the caller's request, not from when the scheduler got going.
         let requestedAt = monotonicMilliseconds()
         // Before any thread starts: a tracer that then stalls every probe is still named.
