@@ -5,24 +5,8 @@ import Testing
 /// the imports say what the layers promise: the policy engine reads no file and knows no probe, a
 /// probe cannot reach the policy engine or the CLI.
 @Suite struct LayeringTests {
-    private struct Manifest: Decodable {
-        struct Target: Decodable {
-            let name: String
-            let dependencies: [[String: [String?]]]
-            var dependencyNames: [String] { dependencies.compactMap { $0.values.first?.first ?? nil } }
-        }
-        let targets: [Target]
-    }
-
     private static func targetGraph() throws -> [String: Set<String>] {
-        // A scratch path of its own: the default one is locked by the `swift test` running this.
-        let scratch = try TestPaths.temporaryDirectory("dump-package")
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
-        let run = try runProcess("/usr/bin/env", ["swift", "package", "--package-path", TestPaths.packageRoot,
-                                                  "--scratch-path", scratch, "dump-package"], timeout: 120)
-        #expect(run.status == 0, "\(run.standardError)")
-        let manifest = try JSONDecoder().decode(Manifest.self, from: Data(run.standardOutput.utf8))
-        return Dictionary(uniqueKeysWithValues: manifest.targets.map { ($0.name, Set($0.dependencyNames)) })
+        Dictionary(uniqueKeysWithValues: try PackageManifest.dump().targets.map { ($0.name, Set($0.dependencyNames)) })
     }
 
     private static func closure(of target: String, in graph: [String: Set<String>]) -> Set<String> {

@@ -20,25 +20,8 @@ import Testing
     /// MemberImportVisibility makes the compiler refuse it, so "the policy engine cannot read a
     /// file" holds by the compiler and not by the source scan alone.
     @Test func thePolicyEngineCannotSeeFoundationMembersThroughTheModel() throws {
-        let scratch = try TestPaths.temporaryDirectory("dump-package-review3")
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
-        let run = try runProcess("/usr/bin/env", ["swift", "package", "--package-path", TestPaths.packageRoot,
-                                                  "--scratch-path", scratch, "dump-package"], timeout: 120)
-        try #require(run.status == 0, "\(run.standardError)")
-        struct Manifest: Decodable {
-            struct Target: Decodable {
-                struct Setting: Decodable {
-                    struct Kind: Decodable { let enableUpcomingFeature: [String: String]? }
-                    let kind: Kind
-                }
-                let name: String
-                let settings: [Setting]
-            }
-            let targets: [Target]
-        }
-        let manifest = try JSONDecoder().decode(Manifest.self, from: Data(run.standardOutput.utf8))
-        let policy = try #require(manifest.targets.first { $0.name == "FingerlyPolicy" })
-        let features = policy.settings.compactMap { $0.kind.enableUpcomingFeature?["_0"] }
+        let policy = try #require(try PackageManifest.dump().targets.first { $0.name == "FingerlyPolicy" })
+        let features = policy.upcomingFeatures
         #expect(features.contains("MemberImportVisibility"), "FingerlyPolicy enables \(features)")
     }
 

@@ -245,3 +245,31 @@ enum TestKeys {
 
     static let standard = key()
 }
+
+/// The package manifest as `swift package dump-package` reads it: targets, what each depends on,
+/// and the settings each is built with.
+struct PackageManifest: Decodable {
+    struct Target: Decodable {
+        struct Setting: Decodable {
+            struct Kind: Decodable { let enableUpcomingFeature: [String: String]? }
+            let kind: Kind
+        }
+        let name: String
+        let dependencies: [[String: [String?]]]
+        let settings: [Setting]
+
+        var dependencyNames: [String] { dependencies.compactMap { $0.values.first?.first ?? nil } }
+        var upcomingFeatures: [String] { settings.compactMap { $0.kind.enableUpcomingFeature?["_0"] } }
+    }
+    let targets: [Target]
+
+    static func dump() throws -> PackageManifest {
+        // A scratch path of its own: the default one is locked by the `swift test` running this.
+        let scratch = try TestPaths.temporaryDirectory("dump-package")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let run = try runProcess("/usr/bin/env", ["swift", "package", "--package-path", TestPaths.packageRoot,
+                                                  "--scratch-path", scratch, "dump-package"], timeout: 120)
+        try #require(run.status == 0, "\(run.standardError)")
+        return try JSONDecoder().decode(PackageManifest.self, from: Data(run.standardOutput.utf8))
+    }
+}
