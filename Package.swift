@@ -6,6 +6,7 @@ import PackageDescription
 //   FingerlyHost    every read of the measured host, syscall wrappers, the C shims
 //   FingerlyProbes  the probes, their context, the catalogue and the detection tables
 //   FingerlyPolicy  the policy, the verdict engine and the suspect score; bytes in, verdicts out
+//   FingerlyTransport  HTTP over libcurl, retries, signatures, the outbox; bytes in, bytes out
 //   Fingerly        the scheduler and the SDK; the only public surface (with FingerlyModel)
 // FingerlyProbes cannot see FingerlyPolicy, and FingerlyPolicy cannot see FingerlyHost.
 let package = Package(
@@ -19,6 +20,7 @@ let package = Package(
         .systemLibrary(name: "CUdev", pkgConfig: "libudev", providers: [.apt(["libudev-dev"])]),
         .systemLibrary(name: "CBlkid", pkgConfig: "blkid", providers: [.apt(["libblkid-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
         // What Swift cannot call directly (inline asm, raw system calls, ioctls, OpenSSL's macros),
         // one target per concern. Each hands back C structs, called only through FingerlyHost.
@@ -30,6 +32,7 @@ let package = Package(
                 linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         .target(name: "CFingerlyNetDevice"),
         .target(name: "CFingerlyFiles"),
+        .target(name: "CFingerlyCurl", linkerSettings: [.linkedLibrary("curl")]),
 
         .target(name: "FingerlyModel"),
         .target(name: "FingerlyHost",
@@ -52,14 +55,17 @@ let package = Package(
             // through FingerlyModel's import: the engine must not be able to read a file.
             swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]
         ),
-        .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy"]),
+        // Sending: HTTP over libcurl, retries, request signatures, the durable outbox. It knows
+        // bytes and files of its own, never the report's types, the probes or the policy.
+        .target(name: "FingerlyTransport", dependencies: ["FingerlyHost", "CCurl", "CFingerlyCurl", "CCrypto"]),
+        .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "FingerlyTransport"]),
         .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyProbes", "FingerlyPolicy"]),
         .executableTarget(name: "fingerly-identify", dependencies: ["FingerlyIdentifyCommand"]),
 
         .testTarget(
             name: "FingerlyTests",
             dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
-                           "FingerlyIdentifyCommand", "CFingerlyFiles", "CUdev", "CBlkid"]
+                           "FingerlyIdentifyCommand", "FingerlyTransport", "CFingerlyFiles", "CUdev", "CBlkid"]
         ),
         // Only what an application sees: `import Fingerly`, no @testable.
         .testTarget(name: "FingerlyExampleTests", dependencies: ["Fingerly"]),

@@ -61,10 +61,17 @@ import Testing
         #expect(host.isDisjoint(with: ["FingerlyProbes", "FingerlyPolicy", "Fingerly", "FingerlyModel"]), "\(host)")
     }
 
+    @Test func theTransportSeesBytesNotReports() throws {
+        let graph = try Self.targetGraph()
+        let reachable = Self.closure(of: "FingerlyTransport", in: graph)
+        #expect(reachable.isDisjoint(with: ["FingerlyModel", "FingerlyProbes", "FingerlyPolicy", "Fingerly"]), "\(reachable)")
+        #expect(Self.closure(of: "Fingerly", in: graph).contains("FingerlyTransport"))
+    }
+
     @Test func everyTargetImportsOnlyWhatItDependsOn() throws {
         let graph = try Self.targetGraph()
         let system: Set<String> = ["FoundationEssentials", "Foundation", "Glibc", "Musl", "Dispatch", "Synchronization"]
-        for target in ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "Fingerly", "FingerlyIdentifyCommand"] {
+        for target in ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "FingerlyTransport", "Fingerly", "FingerlyIdentifyCommand"] {
             let allowed = Self.closure(of: target, in: graph).union(system)
             let stray = try Self.imports(of: target).subtracting(allowed)
             #expect(stray.isEmpty, "\(target) imports \(stray.sorted()) without depending on it")

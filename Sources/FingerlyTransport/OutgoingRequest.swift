@@ -1,0 +1,23 @@
+/// One report's request, fixed when the report is accepted for sending: every attempt, and
+/// every later flush from the outbox, sends these same body bytes under this same key.
+package struct OutgoingRequest: Sendable, Hashable {
+    /// The `Idempotency-Key` header: made once per report.
+    package let idempotencyKey: String
+    /// When the report was accepted for sending, in seconds since the epoch.
+    package let createdAt: Int64
+    /// The organization whose key the report's identifiers are hashed with; a flush under
+    /// another organization's key leaves the item alone.
+    package let organization: String
+    /// The serialized body, exactly as sent.
+    package let body: [UInt8]
+    /// Attempts made so far, across processes.
+    package var attempts: Int
+
+    package init(idempotencyKey: String, createdAt: Int64, organization: String, body: [UInt8], attempts: Int = 0) {
+        self.idempotencyKey = idempotencyKey
+        self.createdAt = createdAt
+        self.organization = organization
+        self.body = body
+        self.attempts = attempts
+    }
+}
