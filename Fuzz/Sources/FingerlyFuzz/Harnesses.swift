@@ -22,6 +22,7 @@ enum Harnesses {
         "udev-database": udevDatabase,
         "pem": pem,
         "acpi-tables": acpiTables,
+        "signature-fields": signatureFields,
     ]
 
     private static let root = ScratchRoot()
