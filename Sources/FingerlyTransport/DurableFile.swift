@@ -43,13 +43,15 @@ package enum DurableFile {
 
     /// Opens a state directory, creating its last component (0700) when `create` says so. The
     /// directory must belong to this user (or root) and be writable by nobody else: whoever
-    /// may write it may swap any file in it.
-    package static func openDirectory(_ path: String, create: Bool) throws(StateFileError) -> Int32 {
+    /// may write it may swap any file in it. `followingLink`: whether the last component may be
+    /// a symbolic link (an operator's state directory may be; the outbox inside it may not).
+    package static func openDirectory(_ path: String, create: Bool, followingLink: Bool = false) throws(StateFileError) -> Int32 {
         if create, mkdir(path, 0o700) != 0, errno != EEXIST {
             throw StateFileError(path: path, step: .create, error: SystemError(errno))
         }
         let fd: Int32
-        switch retryingOnInterrupt({ open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) {
+        let flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (followingLink ? 0 : O_NOFOLLOW)
+        switch retryingOnInterrupt({ open(path, flags) }) {
         case .success(let descriptor): fd = descriptor
         case .failure(let error): throw StateFileError(path: path, step: .openDirectory, error: error)
         }
@@ -144,6 +146,18 @@ package enum DurableFile {
         if case .failure(let error) = retryingOnInterrupt({ fsync(directoryFd) }) {
             throw StateFileError(path: directoryPath, step: .syncDirectory, error: error)
         }
+    }
+
+    /// Removes the temporary files of writers that are gone (crashed, killed) from the
+    /// directory, looking at no more than `limit` entries. Returns how many it removed.
+    @discardableResult
+    package static func sweepLeftovers(in directoryFd: Int32, limit: Int = 1024) -> Int {
+        guard let listing = try? DirectoryListing(of: directoryFd, limit: limit) else { return 0 }
+        var removed = 0
+        for name in listing.names where name.nameBytes.starts(with: temporaryPrefix.utf8) {
+            if removeIfAbandoned(name, in: directoryFd) { removed += 1 }
+        }
+        return removed
     }
 
     /// Whether a temporary file (by its name in the directory) belongs to a writer that is
