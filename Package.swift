@@ -59,7 +59,7 @@ let package = Package(
         // bytes and files of its own, never the report's types, the probes or the policy.
         .target(name: "FingerlyTransport", dependencies: ["FingerlyHost", "CCurl", "CFingerlyCurl", "CCrypto"]),
         .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "FingerlyTransport"]),
-        .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyProbes", "FingerlyPolicy"]),
+        .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy"]),
         .executableTarget(name: "fingerly-identify", dependencies: ["FingerlyIdentifyCommand"]),
 
         .testTarget(

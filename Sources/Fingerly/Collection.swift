@@ -5,7 +5,8 @@ import FingerlyProbes
 
 extension Fingerly {
     func collectBlocking(tag: String?, tiers: Set<Tier>, startedAt started: Double = monotonicMilliseconds(),
-                         log: HostAccessLog? = nil, only probeIds: Set<String>? = nil, start: CollectorStart? = nil) -> SignalReport {
+                         log: HostAccessLog? = nil, only probeIds: Set<String>? = nil, start: CollectorStart? = nil,
+                         reusing prefetched: Prefetched? = nil) -> SignalReport {
         fingerlyCollectEntry()
         let hasher = identifierHasher()
         var environment = ProbeEnvironment(host: HostFileSystem(root: options.root, log: log), tables: .embedded,
@@ -24,7 +25,7 @@ extension Fingerly {
                 collector = entry
                 continue
             }
-            guard tiers.contains(entry.tier) else { continue }
+            guard tiers.contains(entry.tier), prefetched?.ids.contains(entry.id) != true else { continue }
             let job = ScheduledProbe(probe: probe, tier: entry.tier,
                                      timeoutMs: schedule.sourceTimeoutOverrideMs ?? entry.timeoutMs ?? schedule.defaultSourceTimeoutMs)
             if filter.ignores(probe: entry) {
@@ -33,13 +34,15 @@ extension Fingerly {
                 jobs.append(job)
             }
         }
-        let entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: schedule.concurrency).run(jobs, in: environment, startedAt: started)
+        var entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: schedule.concurrency).run(jobs, in: environment, startedAt: started)
+        entries += prefetched?.entries ?? []
+        if options.frozenClock != nil { entries = entries.map(\.withoutDuration) }
         for entry in entries where entry.status != .ok && entry.status != .skipped {
             logger?.log(.debug, "probe \(entry.id): \(entry.status.rawValue): \(entry.detail ?? "")")
         }
         let order = Dictionary(catalogue.probes.enumerated().map { ($0.element.id, $0.offset) }, uniquingKeysWith: { first, _ in first })
         let identity = HostIdentity.derive(from: entries.flatMap(\.identityComponents), hasher: hasher)
-        let elapsedMs = monotonicMilliseconds() - started
+        let elapsedMs = options.frozenClock == nil ? monotonicMilliseconds() - started : 0
         var unscheduled = ignored
         if let collector {
             if filter.ignores(probe: collector) {
@@ -54,10 +57,19 @@ extension Fingerly {
             }
         }
         return SignalReport(schemaVersion: SignalReport.currentSchemaVersion, collectorVersion: Fingerly.version,
-                            collectedAt: Date(), tag: tag, root: environment.host.root,
+                            collectedAt: options.frozenClock ?? Date(), tag: tag, root: environment.host.root,
                             tiers: tiers.sorted(), budgetMs: schedule.budgetMs,
                             elapsedMs: elapsedMs.roundedToMicroseconds,
                             probes: (entries + unscheduled).sorted { order[$0.id, default: 0] < order[$1.id, default: 0] },
-                            identity: identity, identifierKeying: hasher.keying, freeText: hasher.freeText)
+                            identity: identity, identifierKeying: hasher.keying, freeText: hasher.freeText,
+                            prefetchedAgeMs: prefetched.map { (monotonicMilliseconds() - $0.collectedAt).roundedToMicroseconds })
+    }
+}
+
+extension ProbeEntry {
+    /// For a frozen clock: the same entry, as if it took no time.
+    var withoutDuration: ProbeEntry {
+        ProbeEntry(id: id, tier: tier, status: status, durationMs: 0, detail: detail, issues: issues, signals: signals,
+                   identityComponents: identityComponents)
     }
 }

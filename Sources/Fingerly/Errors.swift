@@ -3,19 +3,17 @@ public enum FingerlyError: Error, Sendable, Hashable, CustomStringConvertible {
     /// An argument of `load` cannot be used: `field` names it (`schedule.budgetMs`,
     /// `options.policy`, …) and `reason` says why.
     case invalidConfiguration(field: String, reason: String)
-    /// This build cannot submit reports yet; use `submit: false`.
-    case submissionUnavailable
 
     /// The field and the reason, or what is unavailable.
     public var description: String {
         switch self {
         case .invalidConfiguration(let field, let reason): return "\(field): \(reason)"
-        case .submissionUnavailable: return "submission is not implemented in this version; collect locally with submit: false (CLI: --no-submit)"
         }
     }
 }
 
-/// A failed submission. `retryable` is true for network errors, 429 and 5xx.
+/// A failed submission. `retryable` is true for network errors, 408, 409, 429 and 5xx (but 501
+/// and 505): the report was then queued and a later `flush()` sends it again under the same key.
 public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible {
     /// What went wrong, for people.
     public let message: String
@@ -23,15 +21,21 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
     public let status: Int?
     /// Whether sending the same request again may succeed.
     public let retryable: Bool
+    /// The server's machine-readable error code (`invalid_key`, `organization_not_accepting`…),
+    /// or the client's own for failures no server answered (`network`, `timeout`,
+    /// `tls_verification`, `pin_mismatch`, `payload_too_large`, `no_api_key`).
+    public let code: String?
 
     /// - Parameters:
     ///   - message: what went wrong.
     ///   - status: the HTTP status, when a server answered.
     ///   - retryable: whether sending again may succeed.
-    public init(message: String, status: Int?, retryable: Bool) {
+    ///   - code: the machine-readable error code, when known.
+    public init(message: String, status: Int?, retryable: Bool, code: String? = nil) {
         self.message = message
         self.status = status
         self.retryable = retryable
+        self.code = code
     }
 
     /// The status, when there is one, and the message.

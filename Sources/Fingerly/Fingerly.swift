@@ -4,6 +4,7 @@ import FingerlyHost
 @_exported import FingerlyModel
 import FingerlyPolicy
 import FingerlyProbes
+import FingerlyTransport
 
 /// The entry point: load once, then `identify` before each sensitive action.
 ///
@@ -21,7 +22,15 @@ public final class Fingerly: Sendable {
     package let region: Region
     package let endpoint: String
     package let options: FingerlyOptions
-    private let apiKey: APIKey?
+    let apiKey: APIKey?
+    /// The key as given, for the Authorization header alone: never logged, never in a preview.
+    let apiKeyText: String?
+    /// This installation's signing key, loaded or made at the first submission.
+    let signingKey = Mutex<DeviceKey?>(nil)
+    /// One flush at a time in this process (the outbox's lock keeps other processes out).
+    let flushGate = Mutex<Void>(())
+    /// The deferred tier collected ahead of time (`FingerlyOptions.prefetch`).
+    let prefetched = Mutex<Prefetched?>(nil)
     /// Without an API key, the key is the installation secret, found (or created) on the first
     /// collection, after consent: nothing is written before then.
     private let localHasher = Mutex<IdentifierHasher?>(nil)
@@ -30,7 +39,7 @@ public final class Fingerly: Sendable {
     /// load, so the first collection need not wait for the policy to be parsed.
     private let freeText: FreeTextHandling
     var logger: (any FingerlyLogHandler)? { options.logger }
-    private let consent: Mutex<ConsentState>
+    let consent: Mutex<ConsentState>
     package let probes: [String: any Probe]
     package let catalogue: ProbeCatalogue
     /// The policy, its engine and the probes the integrity verdicts need: built once, on a
@@ -118,11 +127,31 @@ public final class Fingerly: Sendable {
         }
         // Decode the embedded tables now, so no identify call pays for it inside its budget.
         _ = DetectionTables.embedded
-        return Fingerly(apiKey: key, endpoint: endpoint, schedule: schedule, consent: consent, options: options,
-                        policy: given, filter: filter, probes: probes, catalogue: catalogue)
+        let submission = options.submission
+        guard (1...10).contains(submission.attempts) else { throw invalid("options.submission.attempts", "must be 1 to 10, got \(submission.attempts)") }
+        for (field, value) in [("baseDelayMs", submission.baseDelayMs), ("maxDelayMs", submission.maxDelayMs),
+                               ("retryAfterCapMs", submission.retryAfterCapMs), ("rateLimitPauseMs", submission.rateLimitPauseMs)] {
+            guard (0...ScheduleOptions.longestMs).contains(value) else { throw invalid("options.submission.\(field)", "must be 0 to a day, got \(value)") }
+        }
+        for (field, value) in [("deadlineMs", submission.deadlineMs), ("attemptTimeoutMs", submission.attemptTimeoutMs),
+                               ("outboxItems", submission.outboxItems), ("outboxBytes", submission.outboxBytes),
+                               ("outboxMaxAgeSeconds", submission.outboxMaxAgeSeconds)] {
+            guard value > 0 else { throw invalid("options.submission.\(field)", "must be positive, got \(value)") }
+        }
+        // The server keeps an idempotency key for 24 h: a report queued longer could be counted twice.
+        guard submission.outboxMaxAgeSeconds < 24 * 3600 else {
+            throw invalid("options.submission.outboxMaxAgeSeconds", "must stay below the server's 24 h key lifetime, got \(submission.outboxMaxAgeSeconds)")
+        }
+        if !submission.pins.isEmpty, let problem = TLSPinCheck.pinsProblem(submission.pins) { throw invalid("options.submission.pins", problem) }
+        if let file = submission.caFile, file.isEmpty { throw invalid("options.submission.caFile", "names no file") }
+        guard options.prefetchMaxAgeMs > 0 else { throw invalid("options.prefetchMaxAgeMs", "must be positive, got \(options.prefetchMaxAgeMs)") }
+        let instance = Fingerly(apiKey: key, apiKeyText: apiKey, endpoint: endpoint, schedule: schedule, consent: consent, options: options,
+                                policy: given, filter: filter, probes: probes, catalogue: catalogue)
+        instance.startBackgroundWork()
+        return instance
     }
 
-    private init(apiKey: APIKey?, endpoint: String, schedule: ScheduleOptions, consent: ConsentState, options: FingerlyOptions,
+    private init(apiKey: APIKey?, apiKeyText: String?, endpoint: String, schedule: ScheduleOptions, consent: ConsentState, options: FingerlyOptions,
                  policy given: Policy?, filter: AttributeFilter, probes: [String: any Probe], catalogue: ProbeCatalogue) {
         self.probes = probes
         self.catalogue = catalogue
@@ -132,6 +161,7 @@ public final class Fingerly: Sendable {
         self.schedule = schedule
         self.options = options
         self.apiKey = apiKey
+        self.apiKeyText = apiKey == nil ? nil : apiKeyText
         self.filter = filter
         self.consent = Mutex(consent)
         freeText = options.freeText ?? given?.freeText ?? Policy.embeddedFreeText
@@ -143,9 +173,15 @@ public final class Fingerly: Sendable {
         }
     }
 
-    /// Changes the consent state for every later call.
+    /// Changes the consent state for every later call and, when `FingerlyOptions.stateDirectory`
+    /// is set, persists it there. Denying deletes every queued report; granting sends them in the
+    /// background (with an API key) and starts the prefetch when it is enabled.
     public func setConsent(_ consent: ConsentState) {
-        self.consent.withLock { $0 = consent }
+        do {
+            _ = try applyConsent(consent, flushInBackground: true)
+        } catch {
+            logger?.log(.error, "consent \(consent.rawValue) applied to this instance but not persisted: \(error)")
+        }
     }
 
     /// The consent state calls run under now.
@@ -160,21 +196,41 @@ public final class Fingerly: Sendable {
         try await run(tag: tag, tiers: tiers ?? schedule.tiers, only: nil)
     }
 
-    /// Collects, judges the report with the policy and, one day, submits it.
+    /// Collects, judges the report with the policy and submits it: the server's answer comes
+    /// back as `state: .enriched` with the visitor.
     /// - Parameters:
     ///   - tag: the caller's label for this request, carried in the report.
     ///   - tiers: nil for the schedule's tiers.
-    ///   - submit: false to judge here and send nothing (`state` is then `collected`).
-    /// - Throws: `ConsentError` while consent is not granted; `FingerlyError.submissionUnavailable`
-    ///   when asked to submit, which this version cannot do yet.
+    ///   - submit: false to judge here and send nothing (`state` is then `collected`, and
+    ///     `request` shows what a submission would send).
+    /// - Throws: `ConsentError` while consent is not granted (nothing is read or sent);
+    ///   `FingerlyError.invalidConfiguration` (`apiKey`) when submitting without a key;
+    ///   `TransportError` when the report was not delivered: `retryable` when it is queued for
+    ///   `flush()`. With `SubmissionOptions.localResultOnFailure`, a failure returns the local
+    ///   result (`state: .unavailable`) instead.
     public func identify(tag: String? = nil, tiers: Set<Tier>? = nil, submit: Bool = true) async throws -> IdentifyResult {
-        if submit {
-            // Consent speaks first: a caller whose user has not agreed learns that, not a detail of transport.
-            try requireConsent()
-            throw FingerlyError.submissionUnavailable
+        guard submit else {
+            let report = try await collectReusingPrefetch(tag: tag, tiers: tiers ?? schedule.tiers)
+            let request = try? prepareSubmission(report).preview
+            return IdentifyResult.judgedHere(state: .collected, report: report, verdicts: Verdicts(engine.evaluate(report)),
+                                             policy: policy, request: request)
         }
-        let report = try await run(tag: tag, tiers: tiers ?? schedule.tiers, only: nil)
-        return IdentifyResult.judgedHere(state: .collected, report: report, verdicts: Verdicts(engine.evaluate(report)), policy: policy)
+        let (result, failure) = try await identifyReportingFailure(tag: tag, tiers: tiers)
+        if let failure, !options.submission.localResultOnFailure { throw failure }
+        return result
+    }
+
+    /// `identify(submit: true)` that hands back the failure beside the local result, for the CLI
+    /// (which prints the verdicts and then exits with the failure's status).
+    package func identifyReportingFailure(tag: String? = nil, tiers: Set<Tier>? = nil) async throws -> (IdentifyResult, TransportError?) {
+        // Consent speaks first: a caller whose user has not agreed learns that, not a detail of transport.
+        try requireConsent()
+        guard apiKey != nil else {
+            throw FingerlyError.invalidConfiguration(field: "apiKey", reason: "submitting needs an API key; pass one to load, or identify with submit: false")
+        }
+        let report = try await collectReusingPrefetch(tag: tag, tiers: tiers ?? schedule.tiers)
+        let verdicts = Verdicts(engine.evaluate(report))
+        return await offCooperativePool { self.submitBlocking(report, verdicts: verdicts) }
     }
 
     /// Runs only the probes that the debugger, tampering, instrumentation and automation rules
@@ -187,13 +243,13 @@ public final class Fingerly: Sendable {
         return IntegrityResult(verdicts: Verdicts(engine.evaluate(report)), report: report)
     }
 
-    private func requireConsent() throws(ConsentError) {
+    func requireConsent() throws(ConsentError) {
         let consent = consentState
         guard consent == .granted else { throw ConsentError(state: consent) }
     }
 
     /// The one path of every call: consent first, then the collection on a thread of its own.
-    private func run(tag: String?, tiers: Set<Tier>, only probeIds: Set<String>?) async throws(ConsentError) -> SignalReport {
+    func run(tag: String?, tiers: Set<Tier>, only probeIds: Set<String>?, reusing prefetched: Prefetched? = nil) async throws(ConsentError) -> SignalReport {
         try requireConsent()
         // The budget counts from the caller's request, not from when the scheduler got going.
         let requestedAt = monotonicMilliseconds()
@@ -203,7 +259,7 @@ public final class Fingerly: Sendable {
             // The coordinator blocks on a semaphore; keep it off the cooperative pool.
             let collect: @Sendable () -> Void = {
                 continuation.resume(returning: self.collectBlocking(tag: tag, tiers: tiers, startedAt: requestedAt,
-                                                                    only: probeIds, start: start))
+                                                                    only: probeIds, start: start, reusing: prefetched))
             }
             if !startDetachedThread(collect) { collect() }
         }

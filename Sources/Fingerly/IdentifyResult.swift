@@ -44,15 +44,19 @@ public struct IdentifyResult: Sendable, Codable {
     public let policy: String
     /// What was collected.
     public let report: SignalReport
+    /// The request the report was sent as, or in a dry run (`submit: false`) would be sent as:
+    /// the exact body, the headers with the API key redacted.
+    public let request: SubmissionRequest?
 
     private enum CodingKeys: String, CodingKey {
         case requestId, visitorId, visitorIsNew, visitorConfidence, identifiable, duplicate, state, suspectScore,
-             suspectLevel, triggers, verdicts, environment, policy, report
+             suspectLevel, triggers, verdicts, environment, policy, report, request
     }
 
     private init(requestId: String, visitorId: String?, visitorIsNew: Bool?, visitorConfidence: Int?, identifiable: Bool,
                  duplicate: Bool, state: State, suspectScore: Int?, suspectLevel: SuspectLevel?, triggers: [IdentifyTrigger],
-                 verdicts: Verdicts, environment: HostEnvironment, policy: String, report: SignalReport) {
+                 verdicts: Verdicts, environment: HostEnvironment, policy: String, report: SignalReport,
+                 request: SubmissionRequest?) {
         self.requestId = requestId
         self.visitorId = visitorId
         self.visitorIsNew = visitorIsNew
@@ -67,6 +71,7 @@ public struct IdentifyResult: Sendable, Codable {
         self.environment = environment
         self.policy = policy
         self.report = report
+        self.request = request
     }
 
     /// Decodes a result and refuses one this library could not have made: a score or a
@@ -98,20 +103,32 @@ public struct IdentifyResult: Sendable, Codable {
                   verdicts: try container.decode(Verdicts.self, forKey: .verdicts),
                   environment: try container.decode(HostEnvironment.self, forKey: .environment),
                   policy: try container.decode(String.self, forKey: .policy),
-                  report: try container.decode(SignalReport.self, forKey: .report))
+                  report: try container.decode(SignalReport.self, forKey: .report),
+                  request: try container.decodeIfPresent(SubmissionRequest.self, forKey: .request))
     }
 
     /// A result judged in this process with nothing sent or resolved.
-    static func judgedHere(state: State, report: SignalReport, verdicts: Verdicts, policy: Policy) -> IdentifyResult {
+    static func judgedHere(state: State, report: SignalReport, verdicts: Verdicts, policy: Policy,
+                           request: SubmissionRequest? = nil) -> IdentifyResult {
         let assessment = policy.suspect?.assess(verdicts)
         return IdentifyResult(
             requestId: UUID().uuidString.lowercased(), visitorId: nil, visitorIsNew: nil, visitorConfidence: nil,
             identifiable: report.identity.hardwareId != nil || report.identity.instanceId != nil,
             duplicate: false, state: state, suspectScore: assessment?.score, suspectLevel: assessment?.level,
-            triggers: assessment?.triggers ?? [], verdicts: verdicts,
-            environment: HostEnvironment(cloud: report.signals["dmi.cloud"]?.description,
-                                         xenDom0: report.signals["virt.xen_dom0"] == .bool(true)),
-            policy: policy.name, report: report)
+            triggers: assessment?.triggers ?? [], verdicts: verdicts, environment: HostEnvironment(report),
+            policy: policy.name, report: report, request: request)
+    }
+
+    /// A result a server answered: its request id, visitor and score; its verdicts when it
+    /// sent them, else this process's own.
+    static func enriched(_ answer: ServerAnswer, report: SignalReport, localVerdicts: Verdicts, policy: Policy,
+                         request: SubmissionRequest) -> IdentifyResult {
+        IdentifyResult(
+            requestId: answer.requestId, visitorId: answer.visitorId, visitorIsNew: answer.visitorIsNew,
+            visitorConfidence: answer.visitorConfidence, identifiable: answer.identifiable, duplicate: answer.duplicate,
+            state: .enriched, suspectScore: answer.suspectScore, suspectLevel: answer.suspectLevel,
+            triggers: answer.triggers ?? [], verdicts: answer.verdicts ?? localVerdicts, environment: HostEnvironment(report),
+            policy: answer.policy ?? policy.name, report: report, request: request)
     }
 }
 
@@ -121,4 +138,9 @@ public struct HostEnvironment: Sendable, Codable, Hashable {
     public let cloud: String?
     /// A Xen dom0 is the hypervisor's control domain: a host, not a guest.
     public let xenDom0: Bool
+
+    init(_ report: SignalReport) {
+        cloud = report.signals["dmi.cloud"]?.description
+        xenDom0 = report.signals["virt.xen_dom0"] == .bool(true)
+    }
 }

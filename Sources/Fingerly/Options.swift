@@ -1,3 +1,4 @@
+import FoundationEssentials
 import FingerlyModel
 import FingerlyProbes
 
@@ -45,6 +46,61 @@ public enum PolicySource: Sendable, Hashable {
     case document(bytes: [UInt8], name: String)
 }
 
+/// How reports are sent: attempts, pauses, the overall deadline, trust in the API origin, and
+/// what becomes of a report no attempt delivered.
+public struct SubmissionOptions: Sendable, Hashable {
+    /// Attempts in all, the first included (1–10).
+    public var attempts: Int
+    /// The first backoff pause's upper bound; each later one doubles it (full jitter: the pause
+    /// is a random share of it).
+    public var baseDelayMs: Int
+    /// No backoff pause is longer.
+    public var maxDelayMs: Int
+    /// No attempt starts, and none runs, past this many milliseconds after the first began.
+    public var deadlineMs: Int
+    /// One attempt's own timeout, cut to what is left of the deadline.
+    public var attemptTimeoutMs: Int
+    /// A server's `Retry-After` is obeyed up to this long.
+    public var retryAfterCapMs: Int
+    /// The pause after a 429 without `Retry-After`.
+    public var rateLimitPauseMs: Int
+    /// A PEM file of CA certificates to trust instead of the system's, for a self-hosted server.
+    public var caFile: String?
+    /// SPKI SHA-256 pins (base64, optionally `sha256/`-prefixed) of the API origin's key; empty:
+    /// no pinning. A mismatch is never retried and is mitm evidence.
+    public var pins: [String]
+    /// On a failure, return the locally judged result (`state: .unavailable`, no visitor)
+    /// instead of throwing the `TransportError`; a retryable failure is still queued.
+    public var localResultOnFailure: Bool
+    /// The outbox keeps at most this many reports; the oldest is evicted first.
+    public var outboxItems: Int
+    /// The outbox's reports together stay under this many bytes.
+    public var outboxBytes: Int
+    /// A queued report older than this is dropped: it must stay below the server's 24 h
+    /// idempotency-key lifetime, or a late resend could be counted twice.
+    public var outboxMaxAgeSeconds: Int
+
+    /// - Parameters: see the properties; the defaults are the reference SDK's figures.
+    public init(attempts: Int = 3, baseDelayMs: Int = 500, maxDelayMs: Int = 8_000, deadlineMs: Int = 20_000,
+                attemptTimeoutMs: Int = 10_000, retryAfterCapMs: Int = 10_000, rateLimitPauseMs: Int = 1_000,
+                caFile: String? = nil, pins: [String] = [], localResultOnFailure: Bool = false,
+                outboxItems: Int = 50, outboxBytes: Int = 8 * 1024 * 1024, outboxMaxAgeSeconds: Int = 23 * 3600) {
+        self.attempts = attempts
+        self.baseDelayMs = baseDelayMs
+        self.maxDelayMs = maxDelayMs
+        self.deadlineMs = deadlineMs
+        self.attemptTimeoutMs = attemptTimeoutMs
+        self.retryAfterCapMs = retryAfterCapMs
+        self.rateLimitPauseMs = rateLimitPauseMs
+        self.caFile = caFile
+        self.pins = pins
+        self.localResultOnFailure = localResultOnFailure
+        self.outboxItems = outboxItems
+        self.outboxBytes = outboxBytes
+        self.outboxMaxAgeSeconds = outboxMaxAgeSeconds
+    }
+}
+
 /// What to collect and how to judge it, beside the key and the schedule.
 public struct FingerlyOptions: Sendable {
     /// Root prefix for every host read: "/" for this host, or a fixture, container root or image.
@@ -62,9 +118,22 @@ public struct FingerlyOptions: Sendable {
     public var freeText: FreeTextHandling?
     /// Where the library's diagnostics go; nothing is logged when nil.
     public var logger: (any FingerlyLogHandler)?
+    /// How reports are sent and kept until delivered.
+    public var submission: SubmissionOptions
+    /// Start the deferred tier in the background once consent is granted, so a later `identify`
+    /// can reuse it.
+    public var prefetch: Bool
+    /// A prefetched deferred tier older than this is collected again.
+    public var prefetchMaxAgeMs: Int
     /// TLS endpoints to connect to and check against expected pins (deferred tier, opt-in; the
     /// CLI's `--check-tls`).
     package var tlsPinChecks: [TLSPinCheck] = []
+    /// Tests only: fixes the report's clock (collectedAt, every duration 0) and the
+    /// idempotency key, so two runs over one fixture give the same bytes.
+    package var frozenClock: Date?
+    package var fixedIdempotencyKey: String?
+    /// Tests only: the environment the proxy is chosen from, instead of this process's.
+    package var proxyEnvironment: [String: String]?
 
     /// - Parameters:
     ///   - root: the root prefix of every host read; "/" for this host.
@@ -73,13 +142,20 @@ public struct FingerlyOptions: Sendable {
     ///   - stateDirectory: the collector's own state directory; nil for the default.
     ///   - freeText: how personal free text is reported; nil for the policy's choice.
     ///   - logger: where diagnostics go.
+    ///   - submission: attempts, pauses, trust in the API origin, the outbox's caps.
+    ///   - prefetch: collect the deferred tier in the background once consent is granted.
+    ///   - prefetchMaxAgeMs: how old a prefetched deferred tier may be and still be reused.
     public init(root: String = "/", attributesToIgnore: Set<String> = [], policy: PolicySource = .embedded,
-                stateDirectory: String? = nil, freeText: FreeTextHandling? = nil, logger: (any FingerlyLogHandler)? = nil) {
+                stateDirectory: String? = nil, freeText: FreeTextHandling? = nil, logger: (any FingerlyLogHandler)? = nil,
+                submission: SubmissionOptions = SubmissionOptions(), prefetch: Bool = false, prefetchMaxAgeMs: Int = 60_000) {
         self.root = root
         self.attributesToIgnore = attributesToIgnore
         self.policy = policy
         self.stateDirectory = stateDirectory
         self.freeText = freeText
         self.logger = logger
+        self.submission = submission
+        self.prefetch = prefetch
+        self.prefetchMaxAgeMs = prefetchMaxAgeMs
     }
 }

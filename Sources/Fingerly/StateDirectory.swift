@@ -6,13 +6,15 @@ import FingerlyModel
 import FingerlyPolicy
 import FingerlyProbes
 
-/// Where the collector keeps its own state on the machine it runs on: the installation secret
-/// today, consent and an outbox later. It always belongs to the real host, never to a `--root`
+/// Where the collector keeps its own state on the machine it runs on: the installation secret,
+/// consent, the outbox of unsent reports and the device key. It always belongs to the real host, never to a `--root`
 /// tree: the tree is what is inspected, not who inspects it.
 enum StateDirectory {
-    /// systemd's `StateDirectory=` (the first of several), else /var/lib/fingerly for root, else
-    /// the XDG state home. nil when none can be named: the run then keys per run.
+    /// `FINGERLY_STATE_DIR`, else systemd's `StateDirectory=` (the first of several), else
+    /// /var/lib/fingerly for root, else the XDG state home. nil when none can be named: the run
+    /// then keys per run, and a failed submission cannot be queued.
     static func defaultPath(environment: [String: String], effectiveUID: uid_t = geteuid()) -> String? {
+        if let own = environment["FINGERLY_STATE_DIR"], own.hasPrefix("/") { return own }
         if let systemd = environment["STATE_DIRECTORY"]?.split(separator: ":").first, systemd.hasPrefix("/") {
             return String(systemd)
         }
@@ -27,6 +29,16 @@ enum StateDirectory {
     /// (`/proc/self/environ`, whatever `--root` says).
     static func defaultPathForThisProcess() -> String? {
         defaultPath(environment: (try? ProcessEnvironment.read(from: HostFileSystem()))?.variables ?? [:])
+    }
+
+    /// mkdir -p, new components private to this user.
+    static func makeDirectories(_ path: String) -> String? {
+        var prefix = ""
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            if mkdir(prefix, 0o700) != 0 && errno != EEXIST { return "\(prefix): \(SystemError(errno))" }
+        }
+        return nil
     }
 }
 
@@ -48,7 +60,7 @@ enum InstallationSecret {
     /// user, readable by anyone else, or of the wrong size: someone else could know it.
     static func loadOrCreate(in directory: String) -> Outcome {
         guard directory.hasPrefix("/") else { return .unavailable("\(directory): not an absolute path") }
-        if let failure = makeDirectories(directory) { return .unavailable(failure) }
+        if let failure = StateDirectory.makeDirectories(directory) { return .unavailable(failure) }
         let directoryFd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directoryFd >= 0 else { return .unavailable("\(directory): \(describe(errno))") }
         defer { close(directoryFd) }
@@ -114,16 +126,6 @@ enum InstallationSecret {
         return .secret(bytes)
     }
 
-    /// mkdir -p, new components private to this user.
-    private static func makeDirectories(_ path: String) -> String? {
-        var prefix = ""
-        for component in path.split(separator: "/") {
-            prefix += "/" + component
-            if mkdir(prefix, 0o700) != 0 && errno != EEXIST { return "\(prefix): \(describe(errno))" }
-        }
-        return nil
-    }
-
     private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
         var offset = 0
         while offset < bytes.count {
@@ -139,7 +141,7 @@ enum InstallationSecret {
 
 extension FingerlyOptions {
     /// The state directory a process started with `environment` uses by default:
-    /// `$STATE_DIRECTORY` (systemd), else /var/lib/fingerly for root, else
+    /// `$FINGERLY_STATE_DIR`, else `$STATE_DIRECTORY` (systemd), else /var/lib/fingerly for root, else
     /// `$XDG_STATE_HOME/fingerly` or ~/.local/state/fingerly. nil when none can be named.
     package static func defaultStateDirectory(environment: [String: String]) -> String? {
         StateDirectory.defaultPath(environment: environment)

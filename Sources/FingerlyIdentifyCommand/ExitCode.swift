@@ -1,7 +1,7 @@
 import Fingerly
 
 /// Exit statuses, following sysexits(3) where one fits.
-package enum ExitCode: Int32, Sendable {
+package enum ExitCode: Int32, Sendable, Error {
     case success = 0
     /// A `--fail-on` verdict matched.
     case failOnMatched = 3
@@ -9,10 +9,20 @@ package enum ExitCode: Int32, Sendable {
     case usage = 64
     /// EX_DATAERR: a bad policy file or unusable input.
     case dataError = 65
-    /// EX_UNAVAILABLE: asked for something this build cannot do (submission).
-    case unavailable = 69
+    /// EX_NOUSER: the server does not know the API key (401) or refuses it (403).
+    case keyRejected = 67
+    /// EX_UNAVAILABLE: the organization is not accepting traffic (402).
+    case notAccepting = 69
     /// EX_SOFTWARE: an internal error.
     case software = 70
+    /// EX_IOERR: delivery failed and the report could not be queued either (disk full, no
+    /// usable state directory), or the state directory cannot be changed.
+    case ioError = 74
+    /// EX_TEMPFAIL: delivery failed for now; the report is queued for `flush`.
+    case queued = 75
+    /// EX_PROTOCOL: the server rejected the report (another 4xx), or the connection could not
+    /// be trusted (TLS verification, a pin mismatch).
+    case rejected = 76
     /// EX_NOPERM: consent is not granted.
     case noPermission = 77
 
@@ -24,9 +34,14 @@ package enum ExitCode: Int32, Sendable {
         case FingerlyError.invalidConfiguration(let field, _):
             // A policy file is input the command was given; every other field comes from flags.
             return field == "options.policy" ? .dataError : .usage
-        case FingerlyError.submissionUnavailable: return .unavailable
         case is ConsentError: return .noPermission
-        case let transport as TransportError: return transport.retryable ? .unavailable : .dataError
+        case let transport as TransportError:
+            if transport.retryable { return transport.code == TransportError.notQueuedCode ? .ioError : .queued }
+            switch transport.status {
+            case 401?, 403?: return .keyRejected
+            case 402?: return .notAccepting
+            default: return .rejected
+            }
         default: return .software
         }
     }

@@ -9,16 +9,23 @@ import FingerlyProbes
 /// The whole command line, callable from tests: returns the exit status instead of exiting.
 package enum FingerlyIdentify {
     package static let help = """
-        USAGE: fingerly-identify --no-submit [options]
+        USAGE: fingerly-identify [options]
+               fingerly-identify --no-submit [--json | --request-only] [options]
                fingerly-identify integrity [--tiers LIST] [--fail-on LIST] [--json] [--repeat N] [--concurrency N]
+               fingerly-identify consent [granted|pending|denied] [--state-dir DIR]
+               fingerly-identify flush [--json] [key and connection options]
+               fingerly-identify reset [--state-dir DIR]
                fingerly-identify probes [--json]
 
         Collects device and integrity signals from this Linux host (or a root tree), applies the
-        verdict policy, and prints the result. Raw identifiers are only ever shown hashed.
+        verdict policy, prints the result and, when an API key is configured, submits the report.
+        Raw identifiers are only ever sent and shown hashed.
 
         OPTIONS:
-          --no-submit              Collect and judge locally; send and persist nothing.
-                                   (Submission is not implemented yet, so this is required.)
+          --no-submit              Collect and judge locally; send nothing. With --json the result
+                                   includes `request`: the URL, the headers (key redacted) and the
+                                   exact body a submission would send.
+          --request-only           With --no-submit: print only that body.
           --json                   Print the full result (verdicts and report) as JSON on stdout.
           --tiers LIST             fast, deferred or all (default: all).
           --budget-ms N            Hard wall-clock budget for collection (default: 1200).
@@ -36,15 +43,30 @@ package enum FingerlyIdentify {
           --check-tls HOST:PORT,…  Connect (through the environment's proxy) and compare the presented
                                    chain with the --pin values: a mismatch is a mitm verdict.
           --pin PIN,…              Expected SPKI SHA-256, base64, optionally prefixed sha256/.
-          --api-key KEY            fly_pk_<region>_<env>_<org>_<random> (default: $FINGERLY_API_KEY): its
+          --api-key-file FILE      A file holding the key fly_pk_<region>_<env>_<org>_<random> (default:
+                                   $FINGERLY_API_KEY). With a key the report is submitted; its
                                    organization keys the identifier hashes, so every key of one
-                                   organization gives the same identifiers. Without one,
-                                   a random secret of this installation, kept in the state directory,
-                                   keys them; if that directory is unusable, a key of this run alone.
-                                   The report's identifierKeying says which.
-          --state-dir DIR          The collector's own state (the installation secret): always on this
-                                   host, also under --root. Default: $STATE_DIRECTORY, else
-                                   /var/lib/fingerly for root, else $XDG_STATE_HOME/fingerly or
+                                   organization gives the same identifiers. Without one, nothing is
+                                   sent and a random secret of this installation, kept in the state
+                                   directory, keys them (else a key of this run alone). The report's
+                                   identifierKeying says which.
+          --api-key KEY            The key on the command line: works, with a warning, as every user
+                                   can read it in ps.
+          --endpoint URL           An http(s) origin replacing the key's region (a self-hosted server
+                                   or a first-party proxy); default: $FINGERLY_ENDPOINT, else
+                                   https://<region>.api.fingerly.io.
+          --ca-file FILE           Trust the CAs of this PEM file for the API origin instead of the system's.
+          --api-pin PIN,…          SPKI SHA-256 pins of the API origin (base64, optionally sha256/): a
+                                   mismatch is never retried and is reported as mitm.
+          --attempts N             Attempts per submission, the first included (default 3, at most 10).
+          --retry-delay-ms N       The first backoff pause's bound, doubled each attempt (default 500).
+          --deadline-ms N          No attempt starts or runs past this (default 20000).
+          --verbose                Log attempts and other diagnostics on stderr (never the key or a
+                                   raw identifier).
+          --state-dir DIR          The collector's own state: the installation secret, consent, the
+                                   outbox of unsent reports, the device key. Always on this host, also
+                                   under --root. Default: $FINGERLY_STATE_DIR, else $STATE_DIRECTORY,
+                                   else /var/lib/fingerly for root, else $XDG_STATE_HOME/fingerly or
                                    ~/.local/state/fingerly.
           --free-text MODE         fingerprint or keep: free text that can name a person (a local CA's
                                    subject, input device names) as a keyed fingerprint or in clear
@@ -58,19 +80,38 @@ package enum FingerlyIdentify {
           action. Nothing is sent. --repeat N runs the check N more times in this process and
           prints the per-call cost on stderr.
 
+        CONSENT, FLUSH, RESET:
+          consent STATE            Persist granted, pending or denied for this host's state directory
+                                   (an administrator can forbid collection). Until it is granted no
+                                   command reads or sends anything; nothing persisted counts as
+                                   granted. Denying deletes every queued report; granting sends them
+                                   (with a key). Without STATE, print the persisted state.
+          flush                    Send the queued reports, oldest first, each under the key and bytes
+                                   it was queued with; one sender at a time across processes.
+          reset                    Delete the device key, the queued reports and the installation
+                                   secret (identifiers without an API key change). Consent stays.
+
         EXIT CODES:
-          0   success
+          0   success (submitted, or judged here)
           3   a --fail-on verdict matched
           64  usage error (bad flag or value)
           65  bad input: invalid policy file, or --root is not a directory
-          69  unavailable: submission requested without --no-submit
+          67  the server does not know or refuses the API key (401, 403)
+          69  the organization is not accepting traffic (402)
           70  internal error
+          74  delivery failed and the report could not be queued (disk full, no state directory)
+          75  delivery failed for now: the report is queued; 'flush' sends it later
+          76  the server rejected the report (another 4xx), or TLS verification or a pin failed
+          77  consent is not granted (nothing was read or sent)
 
         ENVIRONMENT:
           NO_COLOR                 Disables colour (colour is only used on a terminal anyway).
-          FINGERLY_API_KEY         Default for --api-key.
-          STATE_DIRECTORY, XDG_STATE_HOME, HOME
+          FINGERLY_API_KEY         The API key (preferred over --api-key).
+          FINGERLY_ENDPOINT        Default for --endpoint.
+          FINGERLY_STATE_DIR, STATE_DIRECTORY, XDG_STATE_HOME, HOME
                                    Where the default --state-dir is.
+          HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY (either case)
+                                   The proxy a submission goes through; the report says it did.
 
         """
 
@@ -82,10 +123,25 @@ package enum FingerlyIdentify {
                 if let extra = parsed.positionals.first { throw UsageError("unexpected argument '\(extra)'") }
                 return ProbesCommand(json: parsed.has("json")).run(io).rawValue
             }
+            switch arguments.first {
+            case "consent"?:
+                let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: StateCommands.Consent.flags, options: StateCommands.Consent.options)
+                if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
+                return await (try StateCommands.Consent(parsed, environment: io.environment)).run(io).rawValue
+            case "flush"?:
+                let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: StateCommands.Flush.flags, options: StateCommands.Flush.options)
+                if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
+                return await (try StateCommands.Flush(parsed, environment: io.environment)).run(io).rawValue
+            case "reset"?:
+                let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: StateCommands.Reset.flags, options: StateCommands.Reset.options)
+                if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
+                return (try StateCommands.Reset(parsed, environment: io.environment)).run(io).rawValue
+            default: break
+            }
             if arguments.first == "integrity" {
                 let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: IntegrityCommand.flags, options: IntegrityCommand.options)
                 if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
-                return await (try IntegrityCommand(parsed)).run(io).rawValue
+                return await (try IntegrityCommand(parsed, environment: io.environment)).run(io).rawValue
             }
             let parsed = try ParsedArguments(arguments, flags: IdentifyCommand.flags, options: IdentifyCommand.options)
             if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }

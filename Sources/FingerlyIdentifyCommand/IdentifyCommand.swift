@@ -7,12 +7,13 @@ import FingerlyModel
 import FingerlyPolicy
 import FingerlyProbes
 
-/// `fingerly-identify [options]`: collect, judge, and (for now, only) show locally.
+/// `fingerly-identify [options]`: collect, judge, and submit when a key is configured; with
+/// `--no-submit`, show what would be sent and send nothing.
 struct IdentifyCommand {
-    static let flags: Set<String> = ["no-submit", "json", "help", "version"]
-    static let options: Set<String> = ["tiers", "budget-ms", "concurrency", "tag", "root", "policy", "ignore",
-                                       "fail-on", "api-key", "timeout-ms", "probe-timeout-ms", "check-tls", "pin",
-                                       "state-dir", "free-text"]
+    static let flags: Set<String> = Set(["no-submit", "json", "request-only", "help", "version"]).union(SubmissionArguments.flags)
+    static let options: Set<String> = Set(["tiers", "budget-ms", "concurrency", "tag", "root", "policy", "ignore",
+                                           "fail-on", "timeout-ms", "probe-timeout-ms", "check-tls", "pin",
+                                           "free-text"]).union(SubmissionArguments.options)
 
     struct FailOn: Equatable {
         let verdict: VerdictName
@@ -32,6 +33,9 @@ struct IdentifyCommand {
 
     var noSubmit = false
     var json = false
+    /// Print only the body a submission would send.
+    var requestOnly = false
+    var connection: SubmissionArguments
     var tiers: Set<Tier> = Set(Tier.allCases)
     var schedule = ScheduleOptions()
     var tag: String?
@@ -39,16 +43,17 @@ struct IdentifyCommand {
     var policyPath: String?
     var ignore: Set<String> = []
     var failOn: [FailOn] = []
-    var apiKey: String?
     var pinChecks: [TLSPinCheck] = []
-    /// nil: the library's default (systemd's, root's or the user's state directory).
-    var stateDirectory: String?
     /// nil: what the policy says.
     var freeText: FreeTextHandling?
 
     init(_ arguments: ParsedArguments, environment: [String: String]) throws(UsageError) {
         noSubmit = arguments.has("no-submit")
         json = arguments.has("json")
+        requestOnly = arguments.has("request-only")
+        if requestOnly && !noSubmit { throw UsageError("--request-only goes with --no-submit (it prints what would be sent)") }
+        if requestOnly && json { throw UsageError("--request-only and --json exclude each other") }
+        connection = try SubmissionArguments(arguments, environment: environment)
         if let names = arguments.list("tiers") { tiers = try Self.parseTiers(names) }
         schedule.tiers = tiers
         if let budget = try arguments.integer("budget-ms", in: 1...600_000) { schedule.budgetMs = budget }
@@ -63,11 +68,6 @@ struct IdentifyCommand {
         policyPath = arguments["policy"]
         ignore = Set(arguments.list("ignore") ?? [])
         failOn = try Self.parseFailOn(arguments.list("fail-on") ?? [])
-        apiKey = arguments["api-key"] ?? environment["FINGERLY_API_KEY"]
-        if let directory = arguments["state-dir"] {
-            guard directory.hasPrefix("/") else { throw UsageError("--state-dir needs an absolute path, got '\(directory)'") }
-            stateDirectory = directory
-        }
         if let text = arguments["free-text"] {
             guard let handling = FreeTextHandling(rawValue: text) else {
                 throw UsageError("--free-text must be \(FreeTextHandling.allCases.map(\.rawValue).joined(separator: " or ")), got '\(text)'")
@@ -126,29 +126,47 @@ struct IdentifyCommand {
     }
 
     func run(_ io: CommandIO) async -> ExitCode {
-        guard noSubmit else {
-            io.standardError("fingerly-identify: submitting reports is not implemented in this version; "
-                + "run with --no-submit to collect and judge locally (nothing is sent)\n")
-            return .unavailable
-        }
+        for warning in connection.warnings { io.standardError("fingerly-identify: warning: \(warning)\n") }
         var rootInfo = stat()
         guard stat(root, &rootInfo) == 0, (rootInfo.st_mode & S_IFMT) == S_IFDIR else {
             io.standardError("fingerly-identify: --root \(Self.shown(root)): not a directory\n")
             return .dataError
         }
+        let stateDirectory = connection.resolvedStateDirectory(io.environment)
+        let consent: ConsentState
+        switch StateCommands.operatorConsent(stateDirectory, io) {
+        case .success(let state): consent = state
+        case .failure(let code): return code
+        }
+        let submitting = !noSubmit && connection.apiKey != nil
+        if !noSubmit && !submitting {
+            io.standardError("fingerly-identify: no API key (FINGERLY_API_KEY, --api-key-file): judged here, nothing sent\n")
+        }
         let result: IdentifyResult
+        var failure: TransportError?
         do {
+            var submission = connection.submission
+            // The command prints the verdicts whatever became of the submission, then exits with its status.
+            submission.localResultOnFailure = true
             var options = FingerlyOptions(root: root, attributesToIgnore: ignore, policy: policyPath.map { .file(path: $0) } ?? .embedded,
-                                          stateDirectory: stateDirectory ?? FingerlyOptions.defaultStateDirectory(environment: io.environment),
-                                          freeText: freeText)
+                                          stateDirectory: stateDirectory, freeText: freeText,
+                                          logger: connection.verbose ? StandardErrorLog(io) : nil, submission: submission)
             options.tlsPinChecks = pinChecks
-            // Running the command is the operator's consent to read this host.
-            let fingerly = try await Fingerly.load(apiKey: apiKey, schedule: schedule, consent: .granted, options: options)
-            result = try await fingerly.identify(tag: tag, tiers: tiers, submit: false)
+            let fingerly = try await Fingerly.load(apiKey: connection.apiKey, endpoint: connection.endpoint, schedule: schedule,
+                                                   consent: consent, options: options)
+            if submitting {
+                (result, failure) = try await fingerly.identifyReportingFailure(tag: tag, tiers: tiers)
+            } else {
+                result = try await fingerly.identify(tag: tag, tiers: tiers, submit: false)
+            }
         } catch {
             return ExitCode.failure(error, io)
         }
 
+        if requestOnly {
+            io.standardOutput(result.request?.body ?? "")
+            return .success
+        }
         if json {
             do {
                 io.standardOutput(String(decoding: try JSONEncoder.fingerly.encode(result), as: UTF8.self) + "\n")
@@ -159,7 +177,7 @@ struct IdentifyCommand {
         } else {
             io.standardOutput(HumanReport(result: result, colour: io.usesColour).render())
         }
-
+        if let failure { return ExitCode.failure(failure, io) }
         return FailOn.check(failOn, { result.verdicts[$0] }, io)
     }
 }

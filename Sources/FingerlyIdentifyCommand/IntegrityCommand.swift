@@ -9,15 +9,21 @@ import FingerlyProbes
 /// `--repeat`, the check runs N times in this one process and the per-call cost is printed.
 struct IntegrityCommand {
     static let flags: Set<String> = ["json", "help"]
-    static let options: Set<String> = ["tiers", "repeat", "fail-on", "concurrency"]
+    static let options: Set<String> = ["tiers", "repeat", "fail-on", "concurrency", "state-dir"]
 
     var tiers: Set<Tier> = [.fast]
     var repeatCount: Int?
     var concurrency = ScheduleOptions().concurrency
     var json = false
     var failOn: [IdentifyCommand.FailOn] = []
+    /// Where the persisted consent is; nil for the default.
+    var stateDirectory: String?
 
-    init(_ arguments: ParsedArguments) throws(UsageError) {
+    init(_ arguments: ParsedArguments, environment: [String: String]) throws(UsageError) {
+        stateDirectory = arguments["state-dir"] ?? environment["FINGERLY_STATE_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+        if let directory = stateDirectory, !directory.hasPrefix("/") {
+            throw UsageError("--state-dir needs an absolute path, got '\(IdentifyCommand.shown(directory))'")
+        }
         json = arguments.has("json")
         if let names = arguments.list("tiers") { tiers = try IdentifyCommand.parseTiers(names) }
         repeatCount = try arguments.integer("repeat", in: 1...100_000)
@@ -27,6 +33,9 @@ struct IntegrityCommand {
     }
 
     func run(_ io: CommandIO) async -> ExitCode {
+        guard case .success = StateCommands.operatorConsent(stateDirectory ?? FingerlyOptions.defaultStateDirectory(environment: io.environment), io) else {
+            return .noPermission
+        }
         var result: IntegrityResult
         do {
             let fingerly = try await Fingerly.load(apiKey: nil, schedule: ScheduleOptions(concurrency: concurrency), consent: .granted)

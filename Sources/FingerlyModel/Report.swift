@@ -85,6 +85,9 @@ public struct SignalReport: Sendable, Codable, Hashable {
     public let identifierKeying: IdentifierKeying?
     /// Whether free text that can name a person is in clear or fingerprinted.
     public let freeText: FreeTextHandling?
+    /// When the deferred tier's entries were collected ahead of time (`prefetch`) and reused:
+    /// how old they were, in milliseconds. nil when every probe ran for this report.
+    public let prefetchedAgeMs: Double?
 
     /// Signals of every probe that produced any, by their dotted names.
     public var signals: [String: SignalValue] {
@@ -93,7 +96,7 @@ public struct SignalReport: Sendable, Codable, Hashable {
         return all
     }
 
-    package init(schemaVersion: Int, collectorVersion: String, collectedAt: Date, tag: String? = nil, root: String, tiers: [Tier], budgetMs: Int, elapsedMs: Double, probes: [ProbeEntry], identity: HostIdentity, identifierKeying: IdentifierKeying? = nil, freeText: FreeTextHandling? = nil) {
+    package init(schemaVersion: Int, collectorVersion: String, collectedAt: Date, tag: String? = nil, root: String, tiers: [Tier], budgetMs: Int, elapsedMs: Double, probes: [ProbeEntry], identity: HostIdentity, identifierKeying: IdentifierKeying? = nil, freeText: FreeTextHandling? = nil, prefetchedAgeMs: Double? = nil) {
         self.schemaVersion = schemaVersion
         self.collectorVersion = collectorVersion
         self.collectedAt = collectedAt
@@ -106,6 +109,7 @@ public struct SignalReport: Sendable, Codable, Hashable {
         self.identity = identity
         self.identifierKeying = identifierKeying
         self.freeText = freeText
+        self.prefetchedAgeMs = prefetchedAgeMs
     }
 }
 

@@ -109,6 +109,10 @@ package final class DeviceKey: @unchecked Sendable, CustomStringConvertible {
         return found ? try DeviceKey(seed: UnsafeRawBufferPointer(seed)) : nil
     }
 
+    /// A key kept nowhere, for an instance without a usable state directory: its requests are
+    /// still signed, under a key no later run will have.
+    package static func ephemeral() throws(DeviceKeyError) -> DeviceKey { try generate() }
+
     private static func generate() throws(DeviceKeyError) -> DeviceKey {
         guard let context = EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nil) else { throw .crypto(operation: "start key generation") }
         defer { EVP_PKEY_CTX_free(context) }

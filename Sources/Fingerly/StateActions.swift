@@ -1,0 +1,232 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import FoundationEssentials
+import Synchronization
+import FingerlyHost
+import FingerlyModel
+import FingerlyProbes
+import FingerlyTransport
+
+/// The deferred tier collected ahead of an `identify` (`FingerlyOptions.prefetch`).
+struct Prefetched: Sendable {
+    let entries: [ProbeEntry]
+    let ids: Set<String>
+    /// Monotonic milliseconds.
+    let collectedAt: Double
+}
+
+/// What changing consent did beside recording it.
+package struct ConsentChange: Sendable {
+    /// Reports deleted unsent (consent denied).
+    package var purged: Int?
+    /// What the flush after granting did (with an API key).
+    package var flushed: FlushResult?
+}
+
+/// Why the state directory could not be read or changed.
+package struct StateError: Error, Sendable, CustomStringConvertible {
+    package let description: String
+}
+
+/// Runs blocking work (libcurl, fsync, flock) on a thread of its own, off Swift's cooperative pool.
+func offCooperativePool<Value: Sendable>(_ work: @escaping @Sendable () -> Value) async -> Value {
+    await withCheckedContinuation { continuation in
+        let run: @Sendable () -> Void = { continuation.resume(returning: work()) }
+        if !startDetachedThread(run) { run() }
+    }
+}
+
+extension Fingerly {
+    /// The consent persisted in `stateDirectory`, nil when none is; an error when a record is
+    /// there but cannot be trusted (callers fail closed).
+    package static func persistedConsent(stateDirectory: String) -> Result<ConsentState?, StateError> {
+        switch ConsentRecord.read(stateDirectory: stateDirectory) {
+        case .absent: return .success(nil)
+        case .recorded(let value): return .success(ConsentState(rawValue: value.rawValue))
+        case .invalid(let why): return .failure(StateError(description: why))
+        }
+    }
+
+    /// Records `consent` for this instance and, with a configured state directory, on disk;
+    /// denying purges the outbox, granting flushes it (now, or on a thread of its own).
+    @discardableResult
+    func applyConsent(_ consent: ConsentState, flushInBackground: Bool) throws(StateError) -> ConsentChange {
+        self.consent.withLock { $0 = consent }
+        var change = ConsentChange()
+        if let directory = options.stateDirectory {
+            if let problem = StateDirectory.makeDirectories(directory) { throw StateError(description: problem) }
+            do {
+                try ConsentRecord.write(ConsentRecord.Value(rawValue: consent.rawValue) ?? .pending, stateDirectory: directory)
+            } catch {
+                throw StateError(description: error.description)
+            }
+        }
+        switch consent {
+        case .denied:
+            prefetched.withLock { $0 = nil }
+            if let outbox = openOutbox() {
+                do { change.purged = try outbox.purge() } catch { throw StateError(description: "the outbox could not be purged: \(error)") }
+            }
+        case .pending:
+            prefetched.withLock { $0 = nil }
+        case .granted:
+            if flushInBackground { startBackgroundWork() } else if apiKey != nil { change.flushed = flushBlocking() }
+        }
+        return change
+    }
+
+    /// `applyConsent` for the CLI: the flush after granting runs before it returns.
+    package func changeConsent(to consent: ConsentState) async throws(StateError) -> ConsentChange {
+        let outcome = await offCooperativePool { () -> Result<ConsentChange, StateError> in
+            do throws(StateError) { return .success(try self.applyConsent(consent, flushInBackground: false)) } catch { return .failure(error) }
+        }
+        return try outcome.get()
+    }
+
+    /// Sends the queued reports, oldest first, each with the key and body it was queued with.
+    /// One sender at a time: a flush of another process in progress leaves this one with nothing
+    /// sent and `lastError.code` `busy`.
+    /// - Throws: `ConsentError` while consent is not granted; nothing is sent then.
+    public func flush() async throws(ConsentError) -> FlushResult {
+        try requireConsent()
+        return await offCooperativePool { self.flushBlocking() }
+    }
+
+    func flushBlocking() -> FlushResult {
+        guard let apiKey else {
+            return FlushResult(delivered: 0, dropped: 0, remaining: 0,
+                               lastError: TransportError(message: "flushing needs an API key", status: nil, retryable: false, code: "no_api_key"))
+        }
+        return flushGate.withLock { _ in
+            guard let outbox = openOutbox() else {
+                return FlushResult(delivered: 0, dropped: 0, remaining: 0,
+                                   lastError: TransportError(message: "no usable state directory holds an outbox", status: nil,
+                                                             retryable: false, code: "no_state_directory"))
+            }
+            var lastError: TransportError?
+            let summary = outbox.flush(organization: apiKey.organization) { item in
+                let delivery = deliver(item)
+                switch delivery.outcome {
+                case .delivered:
+                    return .delivered
+                case .rejected(let status, let code, _):
+                    let error = TransportError(message: Self.rejectionMessage(status: status, code: code), status: status, retryable: false, code: code)
+                    lastError = error
+                    // The key or the organization is refused, not this report: keep it for a good key.
+                    if [401, 402, 403].contains(status) { return .retryLater(error) }
+                    return .rejected(error)
+                case .failed(let failure):
+                    let error = TransportError(message: failure.description, status: nil, retryable: false, code: Self.code(of: failure))
+                    lastError = error
+                    // The report is fine; the connection is not to be trusted. Keep it.
+                    return .retryLater(error)
+                case .exhausted(let last, _):
+                    var status: Int?
+                    if case .response(let answered, _) = last { status = answered }
+                    let error = TransportError(message: "\(delivery.attempts.count) attempt(s) failed (last: \(last)); still queued",
+                                               status: status, retryable: true, code: "network")
+                    lastError = error
+                    return .retryLater(error)
+                }
+            }
+            if summary.busy {
+                return FlushResult(delivered: 0, dropped: 0, remaining: summary.remaining,
+                                   lastError: TransportError(message: "another process is flushing this outbox", status: nil,
+                                                             retryable: true, code: "busy"))
+            }
+            if lastError == nil, let error = summary.lastError {
+                lastError = TransportError(message: "the outbox: \(error)", status: nil, retryable: true, code: "outbox")
+            }
+            let dropped = summary.dropped + outbox.openMaintenance.dropped.total
+            if summary.delivered + dropped > 0 || summary.remaining > 0 {
+                logger?.log(.info, "flush: \(summary.delivered) delivered, \(dropped) dropped, \(summary.remaining) remaining")
+            }
+            return FlushResult(delivered: summary.delivered, dropped: dropped, remaining: summary.remaining, lastError: lastError)
+        }
+    }
+
+    /// Deletes this installation's signing key; the next submission makes a new one (a server
+    /// then sees a new installation).
+    /// - Throws: `FingerlyError.invalidConfiguration` (`options.stateDirectory`) when the key
+    ///   file cannot be removed.
+    public func clearDeviceIdentity() throws(FingerlyError) {
+        signingKey.withLock { $0 = nil }
+        guard let directory = stateDirectory else { return }
+        do {
+            try DeviceKey.delete(in: directory)
+        } catch {
+            throw .invalidConfiguration(field: "options.stateDirectory", reason: "the device key cannot be removed: \(error)")
+        }
+    }
+
+    /// `fingerly-identify reset`: the device key, the queued reports and the installation secret
+    /// go; consent stays (an administrator's denial must survive a reset). Returns what was removed.
+    package static func resetState(stateDirectory directory: String) -> Result<[String], StateError> {
+        var removed: [String] = []
+        var info = stat()
+        guard lstat(directory, &info) == 0 else {
+            return errno == ENOENT ? .success([]) : .failure(StateError(description: "\(directory): \(SystemError(errno))"))
+        }
+        if lstat(directory + "/" + DeviceKey.fileName, &info) == 0 {
+            do { try DeviceKey.delete(in: directory) } catch { return .failure(StateError(description: error.description)) }
+            removed.append("the device key")
+        }
+        if lstat(directory + "/outbox", &info) == 0 {
+            do {
+                let outbox = try Outbox.open(directory: directory + "/outbox")
+                let count = try outbox.purge()
+                removed.append("\(count) queued report(s)")
+            } catch {
+                return .failure(StateError(description: "the outbox: \(error)"))
+            }
+        }
+        let secret = directory + "/" + InstallationSecret.fileName
+        if lstat(secret, &info) == 0 {
+            guard unlink(secret) == 0 else { return .failure(StateError(description: "\(secret): \(SystemError(errno))")) }
+            removed.append("the installation secret")
+        }
+        return .success(removed)
+    }
+
+    /// After load and after consent is granted: send what is queued, and collect the deferred
+    /// tier ahead of time when asked to. Nothing of the host is read without consent.
+    func startBackgroundWork() {
+        guard consentState == .granted else { return }
+        if apiKey != nil, let directory = stateDirectory, Self.outboxMayHoldItems(directory + "/outbox") {
+            _ = startDetachedThread { _ = self.flushBlocking() }
+        }
+        if options.prefetch { startPrefetch() }
+    }
+
+    /// Whether an outbox directory exists: flushing an absent one would only create it.
+    static func outboxMayHoldItems(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
+    }
+
+    func startPrefetch() {
+        let requestedAt = monotonicMilliseconds()
+        _ = startDetachedThread {
+            guard self.consentState == .granted else { return }
+            let report = self.collectBlocking(tag: nil, tiers: [.deferred], startedAt: requestedAt)
+            let entries = report.probes.filter { $0.tier == .deferred && $0.id != CollectorProbe.probeId }
+            // Consent may have been withdrawn meanwhile: then nothing collected is kept.
+            guard self.consentState == .granted else { return }
+            self.prefetched.withLock {
+                $0 = Prefetched(entries: entries, ids: Set(entries.map(\.id)), collectedAt: requestedAt)
+            }
+        }
+    }
+
+    /// The report of `tiers`, with the prefetched deferred tier when it is young enough; the
+    /// fast tier always runs fresh.
+    func collectReusingPrefetch(tag: String?, tiers: Set<Tier>) async throws(ConsentError) -> SignalReport {
+        guard options.prefetch, tiers.contains(.deferred),
+              let prefetch = prefetched.withLock({ $0 }),
+              monotonicMilliseconds() - prefetch.collectedAt <= Double(options.prefetchMaxAgeMs) else {
+            return try await run(tag: tag, tiers: tiers, only: nil)
+        }
+        return try await run(tag: tag, tiers: tiers, only: nil, reusing: prefetch)
+    }
+}

@@ -1,0 +1,71 @@
+import Fingerly
+import FingerlyHost
+import FingerlyProbes
+
+/// The flags every command that talks to the API shares: which key, which server, how to trust
+/// it, how hard to try, and where the collector's own state is.
+struct SubmissionArguments {
+    static let flags: Set<String> = ["verbose"]
+    static let options: Set<String> = ["api-key", "api-key-file", "endpoint", "state-dir", "ca-file", "api-pin",
+                                       "attempts", "retry-delay-ms", "deadline-ms"]
+    /// A key file holds one line; anything longer is not a key.
+    static let keyFileLimit = 4096
+
+    var apiKey: String?
+    var endpoint = ""
+    /// nil: the library's default for this process's environment.
+    var stateDirectory: String?
+    var submission = SubmissionOptions()
+    var verbose = false
+    /// Said on stderr once the command runs (a key on the command line).
+    var warnings: [String] = []
+
+    init(_ arguments: ParsedArguments, environment: [String: String]) throws(UsageError) {
+        verbose = arguments.has("verbose")
+        if arguments["api-key"] != nil && arguments["api-key-file"] != nil {
+            throw UsageError("--api-key and --api-key-file exclude each other")
+        }
+        if let key = arguments["api-key"] {
+            apiKey = key
+            warnings.append("--api-key is visible to every user in ps and /proc/*/cmdline; prefer FINGERLY_API_KEY or --api-key-file")
+        } else if let path = arguments["api-key-file"] {
+            let bytes: [UInt8]
+            do {
+                bytes = try OperatorFile.readRegularFile(path, limit: Self.keyFileLimit)
+            } catch {
+                throw UsageError("--api-key-file \(IdentifyCommand.shown(path)): \(error.message)")
+            }
+            // One line, its newline optional; nothing of the file is quoted back.
+            var text = Substring(decoding: bytes, as: UTF8.self)
+            if text.hasSuffix("\n") { text = text.dropLast() }
+            if text.hasSuffix("\r") { text = text.dropLast() }
+            guard !text.isEmpty, !text.contains("\n") else { throw UsageError("--api-key-file \(IdentifyCommand.shown(path)): expected one line holding the key") }
+            apiKey = String(text)
+        } else if let key = environment["FINGERLY_API_KEY"], !key.isEmpty {
+            apiKey = key
+        }
+        endpoint = arguments["endpoint"] ?? environment["FINGERLY_ENDPOINT"] ?? ""
+        if let directory = arguments["state-dir"] ?? environment["FINGERLY_STATE_DIR"].flatMap({ $0.isEmpty ? nil : $0 }) {
+            guard directory.hasPrefix("/") else {
+                throw UsageError("\(arguments["state-dir"] != nil ? "--state-dir" : "FINGERLY_STATE_DIR") needs an absolute path, got '\(IdentifyCommand.shown(directory))'")
+            }
+            stateDirectory = directory
+        }
+        if let file = arguments["ca-file"] {
+            guard !file.isEmpty else { throw UsageError("--ca-file needs a file") }
+            submission.caFile = file
+        }
+        if let pins = arguments.list("api-pin") {
+            if let problem = TLSPinCheck.pinsProblem(pins) { throw UsageError("--api-pin: \(problem)") }
+            submission.pins = pins
+        }
+        if let attempts = try arguments.integer("attempts", in: 1...10) { submission.attempts = attempts }
+        if let delay = try arguments.integer("retry-delay-ms", in: 0...60_000) { submission.baseDelayMs = delay }
+        if let deadline = try arguments.integer("deadline-ms", in: 1...600_000) { submission.deadlineMs = deadline }
+    }
+
+    /// The state directory to use: the flag's, else the library's default for this environment.
+    func resolvedStateDirectory(_ environment: [String: String]) -> String? {
+        stateDirectory ?? FingerlyOptions.defaultStateDirectory(environment: environment)
+    }
+}
