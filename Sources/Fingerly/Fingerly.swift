@@ -254,12 +254,13 @@ public final class Fingerly: Sendable {
         // The budget counts from the caller's request, not from when the scheduler got going.
         let requestedAt = monotonicMilliseconds()
         // Before any thread starts: a tracer that then stalls every probe is still named.
-        let start = CollectorStart.observe(HostFileSystem(root: options.root))
+        let start = CollectorStart.observe(HostFileSystem(root: options.root, log: options.accessLog))
         return await withCheckedContinuation { continuation in
             // The coordinator blocks on a semaphore; keep it off the cooperative pool.
             let collect: @Sendable () -> Void = {
                 continuation.resume(returning: self.collectBlocking(tag: tag, tiers: tiers, startedAt: requestedAt,
-                                                                    only: probeIds, start: start, reusing: prefetched))
+                                                                    log: self.options.accessLog, only: probeIds, start: start,
+                                                                    reusing: prefetched))
             }
             if !startDetachedThread(collect) { collect() }
         }

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import FingerlyHost
 import FingerlyModel
 import FingerlyProbes
 
@@ -132,6 +133,8 @@ public struct FingerlyOptions: Sendable {
     /// idempotency key, so two runs over one fixture give the same bytes.
     package var frozenClock: Date?
     package var fixedIdempotencyKey: String?
+    /// Tests only: records every host path the collection reads, so a test can prove none was.
+    package var accessLog: HostAccessLog?
     /// Tests only: the environment the proxy is chosen from, instead of this process's.
     package var proxyEnvironment: [String: String]?
 

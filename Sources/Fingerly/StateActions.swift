@@ -209,7 +209,7 @@ extension Fingerly {
         let requestedAt = monotonicMilliseconds()
         _ = startDetachedThread {
             guard self.consentState == .granted else { return }
-            let report = self.collectBlocking(tag: nil, tiers: [.deferred], startedAt: requestedAt)
+            let report = self.collectBlocking(tag: nil, tiers: [.deferred], startedAt: requestedAt, log: self.options.accessLog)
             let entries = report.probes.filter { $0.tier == .deferred && $0.id != CollectorProbe.probeId }
             // Consent may have been withdrawn meanwhile: then nothing collected is kept.
             guard self.consentState == .granted else { return }

@@ -102,11 +102,13 @@ import Testing
         #expect(try runProcess(installed, ["probes"]).standardOutput.contains("machine-identity  [fast"))
     }
 
-    @Test func withoutNoSubmitItSaysSubmissionIsNotAvailableAndSendsNothing() throws {
-        let run = try runCLI(["--root", TestPaths.fixture("laptop-baremetal")])
-        #expect(run.status == 69)
-        #expect(run.standardError.contains("--no-submit"))
-        #expect(run.standardOutput.isEmpty)
+    @Test func withoutAKeyItJudgesHereSaysSoAndSendsNothing() throws {
+        // No key anywhere and an endpoint nobody listens on: had it tried to send, it would exit 75 or 74.
+        let run = try runCLI(["--root", TestPaths.fixture("laptop-baremetal"), "--tiers", "fast", "--json", "--endpoint", "http://127.0.0.1:9"],
+                             removing: ["FINGERLY_API_KEY"])
+        #expect(run.status == 0, "\(run.standardError)")
+        #expect(run.standardError.contains("no API key"))
+        #expect(try run.identifyResult().state == .collected)
     }
 
     @Test func helpVersionAndProbes() throws {

@@ -220,18 +220,38 @@ let hostExpectations: [HostExpectation] = [
     }
 
     @Test func nothingIsReadBeforeConsent() async throws {
-        let fingerly = try Fingerly.loadBlocking(apiKey: nil, consent: .pending, options: FingerlyOptions(root: TestPaths.fixture("laptop-baremetal")))
+        let log = HostAccessLog()
+        var options = FingerlyOptions(root: TestPaths.fixture("laptop-baremetal"))
+        options.accessLog = log
+        let fingerly = try Fingerly.loadBlocking(apiKey: TestKeys.standard, consent: .pending, options: options)
         await #expect(throws: ConsentError.self) { try await fingerly.identify(submit: false) }
+        await #expect(throws: ConsentError.self) { try await fingerly.identify() }
+        await #expect(throws: ConsentError.self) { try await fingerly.checkIntegrity(tiers: [.fast, .deferred]) }
         fingerly.setConsent(.denied)
         await #expect(throws: ConsentError.self) { try await fingerly.collect() }
+        await #expect(throws: ConsentError.self) { try await fingerly.flush() }
+        #expect(log.recorded.isEmpty, "read before consent: \(log.recorded.prefix(5))")
         fingerly.setConsent(.granted)
         let report = try await fingerly.collect(tiers: [.fast])
         #expect(report.signals["os.id"] == .string("ubuntu"))
     }
 
-    @Test func submissionIsRefusedRatherThanFaked() async throws {
-        let fingerly = try Fingerly.loadBlocking(apiKey: TestKeys.standard, consent: .granted, options: FingerlyOptions(root: TestPaths.fixture("laptop-baremetal")))
-        await #expect(throws: FingerlyError.submissionUnavailable) { try await fingerly.identify() }
+    @Test func submittingWithoutAKeyIsRefusedBeforeAnythingIsRead() async throws {
+        let log = HostAccessLog()
+        var options = FingerlyOptions(root: TestPaths.fixture("laptop-baremetal"))
+        options.accessLog = log
+        let fingerly = try Fingerly.loadBlocking(apiKey: nil, consent: .granted, options: options)
+        do {
+            _ = try await fingerly.identify()
+            Issue.record("identify(submit: true) without a key went through")
+        } catch let error as FingerlyError {
+            guard case .invalidConfiguration(let field, _) = error else { Issue.record("\(error)"); return }
+            #expect(field == "apiKey")
+        }
+        #expect(log.recorded.isEmpty)
+        // The log does see a collection: its silence above means something.
+        _ = try await fingerly.collect(tiers: [.fast])
+        #expect(!log.recorded.isEmpty)
     }
 
     @Test func regionFollowsTheKeyPrefix() throws {
