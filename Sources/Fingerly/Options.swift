@@ -133,6 +133,9 @@ public struct FingerlyOptions: Sendable {
     /// idempotency key, so two runs over one fixture give the same bytes.
     package var frozenClock: Date?
     package var fixedIdempotencyKey: String?
+    /// Send queued reports in the background when the instance loads and when consent is
+    /// granted. The CLI turns it off: a process about to exit flushes in the foreground.
+    package var flushInBackground = true
     /// Tests only: records every host path the collection reads, so a test can prove none was.
     package var accessLog: HostAccessLog?
     /// Tests only: the environment the proxy is chosen from, instead of this process's.

@@ -193,7 +193,7 @@ extension Fingerly {
     /// tier ahead of time when asked to. Nothing of the host is read without consent.
     func startBackgroundWork() {
         guard consentState == .granted else { return }
-        if apiKey != nil, let directory = stateDirectory, Self.outboxMayHoldItems(directory + "/outbox") {
+        if options.flushInBackground, apiKey != nil, let directory = stateDirectory, Self.outboxMayHoldItems(directory + "/outbox") {
             _ = startDetachedThread { _ = self.flushBlocking() }
         }
         if options.prefetch { startPrefetch() }

@@ -152,10 +152,19 @@ struct IdentifyCommand {
                                           stateDirectory: stateDirectory, freeText: freeText,
                                           logger: connection.verbose ? StandardErrorLog(io) : nil, submission: submission)
             options.tlsPinChecks = pinChecks
+            // A process about to exit flushes in the foreground, after its own report went through.
+            options.flushInBackground = false
             let fingerly = try await Fingerly.load(apiKey: connection.apiKey, endpoint: connection.endpoint, schedule: schedule,
                                                    consent: consent, options: options)
             if submitting {
                 (result, failure) = try await fingerly.identifyReportingFailure(tag: tag, tiers: tiers)
+                // The server answered: whatever an earlier run queued can go now.
+                if failure == nil {
+                    let flushed = try await fingerly.flush()
+                    if flushed.delivered + flushed.dropped > 0 {
+                        io.standardError("fingerly-identify: earlier queued reports: \(flushed.delivered) delivered, \(flushed.dropped) dropped, \(flushed.remaining) remaining\n")
+                    }
+                }
             } else {
                 result = try await fingerly.identify(tag: tag, tiers: tiers, submit: false)
             }

@@ -60,9 +60,7 @@ enum StateCommands {
             }
             do {
                 let fingerly = try await Fingerly.load(apiKey: connection.apiKey, endpoint: connection.endpoint, consent: .pending,
-                                                       options: FingerlyOptions(stateDirectory: directory,
-                                                                                logger: connection.verbose ? StandardErrorLog(io) : nil,
-                                                                                submission: connection.submission))
+                                                       options: connection.options(stateDirectory: directory, io))
                 let change = try await fingerly.changeConsent(to: newState)
                 io.standardOutput("consent \(newState.rawValue) (\(directory)/consent)\n")
                 if let purged = change.purged { io.standardOutput("outbox purged: \(purged) report(s) deleted unsent\n") }
@@ -100,9 +98,7 @@ enum StateCommands {
             }
             do {
                 let fingerly = try await Fingerly.load(apiKey: connection.apiKey, endpoint: connection.endpoint, consent: .granted,
-                                                       options: FingerlyOptions(stateDirectory: directory,
-                                                                                logger: connection.verbose ? StandardErrorLog(io) : nil,
-                                                                                submission: connection.submission))
+                                                       options: connection.options(stateDirectory: directory, io))
                 let result = try await fingerly.flush()
                 if json {
                     io.standardOutput(String(decoding: try JSONEncoder.fingerly.encode(result), as: UTF8.self) + "\n")

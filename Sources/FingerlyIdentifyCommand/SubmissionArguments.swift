@@ -64,6 +64,14 @@ struct SubmissionArguments {
         if let deadline = try arguments.integer("deadline-ms", in: 1...600_000) { submission.deadlineMs = deadline }
     }
 
+    /// The library's options for a command about the state directory alone (nothing of the host
+    /// is collected): no background flush, since the command flushes in the foreground if at all.
+    func options(stateDirectory: String, _ io: CommandIO) -> FingerlyOptions {
+        var options = FingerlyOptions(stateDirectory: stateDirectory, logger: verbose ? StandardErrorLog(io) : nil, submission: submission)
+        options.flushInBackground = false
+        return options
+    }
+
     /// The state directory to use: the flag's, else the library's default for this environment.
     func resolvedStateDirectory(_ environment: [String: String]) -> String? {
         stateDirectory ?? FingerlyOptions.defaultStateDirectory(environment: environment)
