@@ -127,16 +127,17 @@ struct IdentifyCommand {
 
     func run(_ io: CommandIO) async -> ExitCode {
         for warning in connection.warnings { io.standardError("fingerly-identify: warning: \(warning)\n") }
+        let stateDirectory = connection.resolvedStateDirectory(io.environment)
+        let consent: ConsentState
+        // Before the root is as much as looked at: without consent nothing of the host is read.
+        switch StateCommands.operatorConsent(stateDirectory, io) {
+        case .success(let state): consent = state
+        case .failure(let code): return code
+        }
         var rootInfo = stat()
         guard stat(root, &rootInfo) == 0, (rootInfo.st_mode & S_IFMT) == S_IFDIR else {
             io.standardError("fingerly-identify: --root \(Self.shown(root)): not a directory\n")
             return .dataError
-        }
-        let stateDirectory = connection.resolvedStateDirectory(io.environment)
-        let consent: ConsentState
-        switch StateCommands.operatorConsent(stateDirectory, io) {
-        case .success(let state): consent = state
-        case .failure(let code): return code
         }
         let submitting = !noSubmit && connection.apiKey != nil
         if !noSubmit && !submitting {

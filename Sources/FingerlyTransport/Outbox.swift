@@ -365,7 +365,8 @@ private struct OutboxStore: Sendable {
             case .item(let request, let size):
                 scan.entries.append(ScannedItem(name: name, createdAt: request.createdAt, organization: request.organization, size: size))
             case .unusable:
-                if removing, unlinkat(directoryFd, name, 0) == 0 { scan.unreadableRemoved += 1 }
+                // removeForeign: a directory under an item's name is as unusable as a bad file.
+                if removing, removeForeign(name) { scan.unreadableRemoved += 1 }
             case .unavailable:
                 // Gone since the listing, or the system is short of descriptors or memory: not
                 // the file's fault, so it stays.
