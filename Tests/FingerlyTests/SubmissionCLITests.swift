@@ -219,22 +219,43 @@ import Testing
         var completed: [String] = []
         var killed = 0
         var printedBeforeKill = 0
-        var delays: [Int] = []
+        // What each kill interrupted, told by what it left: nothing, a temporary file, an item.
+        var beforeQueueing = 0, midWrite = 0, afterQueueing = 0
+        // Half the kills aim at the edge between "no item yet" and "item queued", learnt as the
+        // runs go, so that some land inside the write; the other half spread over the whole run.
+        var latestWithoutItem: Int?, earliestWithItem: Int?
         let started = Date()
         for index in 0..<runs {
-            let delay = Int.random(in: 0...window, using: &generator)
-            delays.append(delay)
+            let edge = latestWithoutItem.flatMap { low in earliestWithItem.map { (low + $0) / 2 } } ?? window * 4 / 5
+            let delay = Bool.random(using: &generator) ? Int.random(in: 0...window, using: &generator)
+                                                       : max(0, edge + Int.random(in: -4...4, using: &generator))
+            let itemsBefore = Self.itemFiles(state).count
             let output = scratch + "/run-\(index).json"
             let pid = try Self.spawnCLI(arguments, environment: env, outputFile: output)
             usleep(useconds_t(delay * 1000))
             kill(pid, SIGKILL)
             let status = Self.wait(pid)
+            let names = Self.outboxNames(state)
+            let queuedOne = names.filter { $0.hasSuffix(".item") }.count > itemsBefore
+            // Now, before the next run's upkeep could remove a bad file: every item is whole.
+            for name in names where name.hasSuffix(".item") {
+                let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: Self.outboxPath(state) + "/" + name)))
+                #expect(throws: Never.self, "run \(index), delay \(delay) ms (seed \(seed)): partial item \(name)") {
+                    _ = try OutboxItemFormat.decode(bytes)
+                }
+            }
+            if queuedOne {
+                earliestWithItem = min(earliestWithItem ?? delay, delay)
+            } else if status == 128 + SIGKILL {
+                latestWithoutItem = max(latestWithoutItem ?? delay, delay)
+            }
             let printed = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
             // A result printed whole comes after the queueing: its report must be in the outbox.
             let line = printed.split(separator: "\n").first { $0.hasPrefix("{\"") }
             let key = line.flatMap { try? JSONDecoder.fingerly.decode(IdentifyResult.self, from: Data($0.utf8)) }?.request?.idempotencyKey
             if status == 128 + SIGKILL {
                 killed += 1
+                if names.contains(where: { $0.hasPrefix(".tmp.") }) { midWrite += 1 } else if queuedOne { afterQueueing += 1 } else { beforeQueueing += 1 }
                 if let key { completed.append(key); printedBeforeKill += 1 }
             } else {
                 #expect(status == 75, "run \(index) (seed \(seed)): exit \(status)")
@@ -243,19 +264,13 @@ import Testing
         }
         let killingSeconds = Date().timeIntervalSince(started)
 
-        // Before anything sweeps: every item file is whole.
-        let names = Self.outboxNames(state)
-        let itemNames = names.filter { $0.hasSuffix(".item") }
-        let leftovers = names.filter { $0.hasPrefix(".tmp.") }
-        for name in itemNames {
-            let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: Self.outboxPath(state) + "/" + name)))
-            #expect(throws: Never.self, "partial item \(name) (seed \(seed))") { _ = try OutboxItemFormat.decode(bytes) }
-        }
+        let itemNames = Self.itemFiles(state)
         let outbox = try Outbox.open(directory: Self.outboxPath(state))
         let items = try outbox.items()
         #expect(items.count == itemNames.count, "seed \(seed): \(items.count) readable of \(itemNames.count) item files")
         #expect(!Self.outboxNames(state).contains { $0.hasPrefix(".tmp.") }, "seed \(seed): a temporary file survived the sweep")
-        #expect(outbox.openMaintenance.dropped.unreadable == 0, "seed \(seed)")
+        // No run's upkeep ever found a bad item to remove either (the counter persists).
+        #expect(outbox.dropCounts() == OutboxDropCounts(), "seed \(seed): \(outbox.dropCounts())")
         let queuedKeys = Set(items.map(\.idempotencyKey))
         #expect(Set(completed).isSubset(of: queuedKeys), "seed \(seed): a run that reported its report queued lost it")
 
@@ -266,8 +281,9 @@ import Testing
         #expect(Self.itemFiles(state).isEmpty)
 
         print("kill -9 seed \(seed): \(runs) runs in \(Int(killingSeconds * 1000)) ms, window 0…\(window) ms (a whole run: \(walls.map { Int($0) }) ms); "
-              + "\(killed) killed (\(printedBeforeKill) after printing), \(runs - killed) finished; "
-              + "\(itemNames.count) items queued, \(leftovers.count) temporary leftovers swept; \(server.requests.count) delivered by one flush")
+              + "\(killed) killed (\(beforeQueueing) before queueing, \(midWrite) mid-write, \(afterQueueing) after, \(printedBeforeKill) of them after printing), "
+              + "\(runs - killed) finished; "
+              + "\(itemNames.count) items queued; \(server.requests.count) delivered by one flush")
     }
 
     // MARK: 10: an outbox of garbage
@@ -363,6 +379,7 @@ import Testing
             if run.status == 75 { #expect(run.standardError.contains("another process is flushing"), "\(run.standardError)") }
         }
         #expect(runs.contains { $0.status == 0 })
+        print("two flushes at once: exits \(runs.map(\.status)), \(server.requests.count) requests for \(items.count) items")
         Self.expectDeliveredOnce(server.requests, items: items)
         #expect(Self.itemFiles(state).isEmpty)
     }
@@ -410,8 +427,15 @@ import Testing
             #expect(run.standardError.contains("consent is pending"), "\(extra): \(run.standardError)")
             #expect(Self.callsNaming(root, calls).isEmpty, "\(extra): read under the root: \(Self.callsNaming(root, calls).prefix(5))")
         }
-        let integrity = try runCLI(["integrity"], environment: env)
+        // integrity reads the live host: its probes' files, which the control run does read, stay unopened.
+        let probeFiles = try Regex(#""/proc/(self/(status|task|environ|sessionid)|[0-9]+/)"#)
+        let integrityControl = try Self.traced(["integrity"], environment: Self.environment(state: grantedState))
+        #expect(integrityControl.run.status == 0, "\(integrityControl.run.standardError)")
+        #expect(integrityControl.calls.contains { $0.contains(probeFiles) }, "the trace does not show the integrity probes' reads")
+        let (integrity, integrityCalls) = try Self.traced(["integrity"], environment: env)
         #expect(integrity.status == 77 && integrity.standardOutput.isEmpty, "\(integrity.status) \(integrity.standardError)")
+        let probeReads = integrityCalls.filter { $0.contains(probeFiles) }
+        #expect(probeReads.isEmpty, "integrity read the host without consent: \(probeReads.prefix(5))")
         #expect(server.requests.isEmpty)
         #expect(!Self.exists(Self.outboxPath(state)) || Self.itemFiles(state).isEmpty)
     }
