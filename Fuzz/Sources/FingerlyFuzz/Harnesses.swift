@@ -4,6 +4,7 @@ import FoundationEssentials
 @testable import FingerlyModel
 @testable import FingerlyPolicy
 @testable import FingerlyProbes
+@testable import FingerlyTransport
 
 /// Each harness feeds one input to the real parsing code: the pure parser where one exists, and the
 /// whole probe over a scratch tree, since several probes parse inline while they read.
@@ -23,6 +24,7 @@ enum Harnesses {
         "pem": pem,
         "acpi-tables": acpiTables,
         "signature-fields": signatureFields,
+        "outbox-item": outboxItem,
     ]
 
     private static let root = ScratchRoot()
@@ -139,5 +141,16 @@ enum Harnesses {
             root.write("/sys/firmware/acpi/tables/" + name, Array(bytes[start..<min(start + 36, bytes.count)]))
         }
         root.run(HypervisorMarkersProbe())
+    }
+
+    /// An outbox file as found on disk: whatever the decoder accepts must encode back to the same
+    /// bytes (else two readings of one file could send different requests). The other files the
+    /// outbox and the consent record read go through their parsers too.
+    static func outboxItem(_ bytes: [UInt8]) {
+        if let request = try? OutboxItemFormat.decode(bytes) {
+            precondition((try? OutboxItemFormat.encode(request)) == bytes, "an accepted item does not re-encode to its bytes")
+        }
+        _ = OutboxDropCounts.parse(bytes)
+        _ = ConsentRecord.parse(bytes)
     }
 }
