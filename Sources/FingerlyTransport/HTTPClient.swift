@@ -214,11 +214,12 @@ package enum HTTPClient {
     /// Requests are bounded like responses, plus room for the envelope around the report.
     static let maximumRequestBytes = 2 << 20
 
+    /// The base64 without its prefix. By length, not by the first prefix that fits: in the CLI's
+    /// "sha256/<base64>" the digest may itself start with '/', which reads as curl's "sha256//".
     static func bareDigest(_ pin: String) -> Substring {
-        var digest = Substring(pin)
-        for prefix in ["sha256//", "sha256/"] where digest.hasPrefix(prefix) {
-            digest = digest.dropFirst(prefix.count)
-            break
+        let digest = Substring(pin)
+        for prefix in ["sha256//", "sha256/"] where digest.hasPrefix(prefix) && digest.utf8.count - prefix.utf8.count == 44 {
+            return digest.dropFirst(prefix.count)
         }
         return digest
     }

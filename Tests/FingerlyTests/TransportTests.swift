@@ -400,6 +400,15 @@ import Testing
         #expect(report.attempts.count == 1)
     }
 
+    @Test func aDigestStartingWithASlashKeepsItUnderEitherPrefix() {
+        // The CLI writes pins as "sha256/<base64>", curl as "sha256//<base64>"; base64 may itself start with '/'.
+        let digest = "/" + String(repeating: "A", count: 42) + "="
+        #expect(HTTPClient.bareDigest("sha256/" + digest) == digest)
+        #expect(HTTPClient.bareDigest("sha256//" + digest) == digest)
+        #expect(HTTPClient.bareDigest(digest) == digest)
+        #expect(HTTPClient.isPin("sha256/" + digest) && HTTPClient.isPin("sha256//" + digest))
+    }
+
     @Test(arguments: ["AAAA", "sha256//" + String(repeating: "A", count: 43) + "=;sha256//x", String(repeating: "A", count: 44)])
     func aPinThatIsNotADigestIsRefusedBeforeSending(_ pin: String) {
         let result = HTTPClient.perform(HTTPRequest(url: "https://127.0.0.1:1/", method: "GET", headers: [], body: []),
