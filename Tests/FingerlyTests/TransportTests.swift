@@ -159,7 +159,8 @@ import Testing
     @Test func aServerSleepingPastTheAttemptTimeoutIsRetried() throws {
         let server = try FaultServer([.status(200, delayMs: 30_000), .status(200)])
         var policy = RetryPolicy()
-        policy.attemptTimeoutMs = 300
+        // Long enough for a loaded machine to answer the second attempt in time; the first waits 30 s.
+        policy.attemptTimeoutMs = 1500
         let report = Self.deliver(server, policy)
         guard case .delivered = report.outcome else { Issue.record("\(report.outcome)"); return }
         #expect(report.attempts.map(\.outcome).first == .failure(.timedOut))
