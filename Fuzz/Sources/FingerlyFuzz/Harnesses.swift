@@ -25,6 +25,9 @@ enum Harnesses {
         "acpi-tables": acpiTables,
         "signature-fields": signatureFields,
         "outbox-item": outboxItem,
+        "retry-after": retryAfter,
+        "error-code": errorCode,
+        "proxy-env": proxyEnvironment,
     ]
 
     private static let root = ScratchRoot()
@@ -152,5 +155,31 @@ enum Harnesses {
         }
         _ = OutboxDropCounts.parse(bytes)
         _ = ConsentRecord.parse(bytes)
+    }
+
+    /// A server's Retry-After value, read against clocks at the edges as well as a real one.
+    static func retryAfter(_ bytes: [UInt8]) {
+        let value = String(decoding: bytes, as: UTF8.self)
+        for now: Int64 in [1_750_000_000, 0, Int64.min, Int64.max] {
+            _ = RetryAfter.delayMilliseconds(value, now: now)
+        }
+    }
+
+    /// A server's error body: the scan for `{"error":{"code":…}}`.
+    static func errorCode(_ bytes: [UInt8]) {
+        _ = ServerErrorCode.parse(bytes)
+    }
+
+    /// NUL-separated: the target URL, then the values of https_proxy, http_proxy, ALL_PROXY and NO_PROXY.
+    static func proxyEnvironment(_ bytes: [UInt8]) {
+        let parts = bytes.split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+        guard let target = RequestTarget(url: parts[0]) else { return }
+        var environment: [String: String] = [:]
+        for (name, value) in zip(["https_proxy", "http_proxy", "ALL_PROXY", "NO_PROXY"], parts.dropFirst()) {
+            environment[name] = value
+        }
+        if case .proxy(let endpoint) = ProxyResolution.decide(for: target, environment: environment) {
+            _ = endpoint.description
+        }
     }
 }
