@@ -265,6 +265,42 @@ import Testing
         #expect(server.requests.count == 1)
     }
 
+    @Test func aLocalResultOnFailureShowsTheRequestThatWasQueued() async throws {
+        let closed = try ClosedPort()
+        let loaded = try Self.load(endpoint: closed.url, submission: Self.quick(attempts: 2, localResultOnFailure: true))
+        let result = try await loaded.fingerly.identify(tiers: [.fast])
+        #expect(result.state == .unavailable && result.visitorId == nil)
+        let request = try #require(result.request)
+        let queued = try Self.queued(loaded.state)
+        #expect(queued.map(\.idempotencyKey) == [request.idempotencyKey])
+        #expect(queued.first?.body == Array(request.body.utf8) && queued.first?.attempts == 2)
+    }
+
+    /// What a flush makes of each answer: a retried status keeps the item (one more attempt
+    /// counted) and names the server's code; a rejection of the report drops it and counts the
+    /// drop; a rejection of the key keeps it for a good key.
+    @Test(arguments: [(503, "unavailable", true), (422, "idempotency_key_reused", false), (401, "invalid_key", true)])
+    func aFlushThatIsNotAcceptedSaysWhatTheServerSaid(_ status: Int, _ code: String, _ kept: Bool) async throws {
+        let closed = try ClosedPort()
+        let server = try FaultServer([.status(status, body: Self.errorBody(code)), Self.accepted()])
+        let state = try TestPaths.temporaryDirectory("fault-flush-answer")
+        let later = try Self.load(endpoint: server.url, state: state, submission: Self.quick(attempts: 1))
+        let first = try Self.load(endpoint: closed.url, state: state, submission: Self.quick(attempts: 1))
+        _ = try await Self.failure(of: first)
+        let item = try #require(try Self.queued(state).first)
+        #expect(item.attempts == 1)
+
+        let flushed = try await later.fingerly.flush()
+        Self.expectSameKeyAndBytes(server.requests, count: 1, key: item.idempotencyKey, body: item.body)
+        #expect(flushed.delivered == 0 && flushed.remaining == (kept ? 1 : 0) && flushed.dropped == (kept ? 0 : 1), "\(flushed)")
+        let error = try #require(flushed.lastError)
+        #expect(error.status == status && error.code == code && error.retryable == (status == 503), "\(error)")
+        let left = try Self.queued(state)
+        #expect(left.map(\.idempotencyKey) == (kept ? [item.idempotencyKey] : []))
+        if kept { #expect(left.first?.body == item.body && left.first?.attempts == 2) }
+        #expect(try Outbox.open(directory: state + "/outbox").dropCounts() == OutboxDropCounts(rejected: kept ? 0 : 1))
+    }
+
     // MARK: 11: the outbox's caps
 
     @Test func pastTheItemCapTheOldestAreEvictedAndCounted() async throws {
