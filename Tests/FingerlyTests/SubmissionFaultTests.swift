@@ -491,9 +491,7 @@ import Testing
         let prefixed = try pki.pin("genuine-ca").trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(prefixed.hasPrefix("sha256/"))
         // SubmissionOptions.pins: "base64, optionally `sha256/`-prefixed".
-        withKnownIssue("load checks submission pins without removing the sha256/ prefix (Fingerly.swift)") {
-            _ = try Self.load(endpoint: "https://127.0.0.1:9", submission: Self.quick(pins: [prefixed]))
-        }
+        _ = try Self.load(endpoint: "https://127.0.0.1:9", submission: Self.quick(pins: [prefixed]))
     }
 
     // MARK: 18: a CONNECT proxy
