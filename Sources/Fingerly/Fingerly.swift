@@ -142,7 +142,7 @@ public final class Fingerly: Sendable {
         guard submission.outboxMaxAgeSeconds < 24 * 3600 else {
             throw invalid("options.submission.outboxMaxAgeSeconds", "must stay below the server's 24 h key lifetime, got \(submission.outboxMaxAgeSeconds)")
         }
-        if !submission.pins.isEmpty, let problem = TLSPinCheck.pinsProblem(submission.pins) { throw invalid("options.submission.pins", problem) }
+        if !submission.pins.isEmpty, let problem = TLSPinCheck.pinsProblem(TLSPinCheck.bare(submission.pins)) { throw invalid("options.submission.pins", problem) }
         if let file = submission.caFile, file.isEmpty { throw invalid("options.submission.caFile", "names no file") }
         guard options.prefetchMaxAgeMs > 0 else { throw invalid("options.prefetchMaxAgeMs", "must be positive, got \(options.prefetchMaxAgeMs)") }
         let instance = Fingerly(apiKey: key, apiKeyText: apiKey, endpoint: endpoint, schedule: schedule, consent: consent, options: options,

@@ -67,7 +67,8 @@ public struct SubmissionOptions: Sendable, Hashable {
     public var rateLimitPauseMs: Int
     /// A PEM file of CA certificates to trust instead of the system's, for a self-hosted server.
     public var caFile: String?
-    /// SPKI SHA-256 pins (base64, optionally `sha256/`-prefixed) of the API origin's key; empty:
+    /// SPKI SHA-256 pins (base64, optionally `sha256/`-prefixed) of the API origin's own (leaf)
+    /// key, which is the only one libcurl compares; empty:
     /// no pinning. A mismatch is never retried and is mitm evidence.
     public var pins: [String]
     /// On a failure, return the locally judged result (`state: .unavailable`, no visitor)

@@ -123,9 +123,14 @@ extension Fingerly {
                     return .retryLater(error)
                 case .exhausted(let last, _):
                     var status: Int?
-                    if case .response(let answered, _) = last { status = answered }
+                    let code: String
+                    // As identify reports it: the server's code when one answered, else what failed.
+                    switch last {
+                    case .response(let answered, let answeredCode): status = answered; code = answeredCode ?? "http_\(answered)"
+                    case .failure(let failure): code = Self.code(of: failure)
+                    }
                     let error = TransportError(message: "\(delivery.attempts.count) attempt(s) failed (last: \(last)); still queued",
-                                               status: status, retryable: true, code: "network")
+                                               status: status, retryable: true, code: code)
                     lastError = error
                     return .retryLater(error)
                 }

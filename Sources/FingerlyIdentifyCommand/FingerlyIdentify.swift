@@ -56,8 +56,9 @@ package enum FingerlyIdentify {
                                    or a first-party proxy); default: $FINGERLY_ENDPOINT, else
                                    https://<region>.api.fingerly.io.
           --ca-file FILE           Trust the CAs of this PEM file for the API origin instead of the system's.
-          --api-pin PIN,…          SPKI SHA-256 pins of the API origin (base64, optionally sha256/): a
-                                   mismatch is never retried and is reported as mitm.
+          --api-pin PIN,…          SPKI SHA-256 pins of the API origin's own (leaf) key (base64,
+                                   optionally sha256/): a mismatch is never retried and is reported
+                                   as mitm.
           --attempts N             Attempts per submission, the first included (default 3, at most 10).
           --retry-delay-ms N       The first backoff pause's bound, doubled each attempt (default 500).
           --deadline-ms N          No attempt starts or runs past this (default 20000).
@@ -110,7 +111,7 @@ package enum FingerlyIdentify {
           FINGERLY_ENDPOINT        Default for --endpoint.
           FINGERLY_STATE_DIR, STATE_DIRECTORY, XDG_STATE_HOME, HOME
                                    Where the default --state-dir is.
-          HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY (either case)
+          https_proxy, http_proxy, ALL_PROXY, NO_PROXY (either case but HTTP_PROXY)
                                    The proxy a submission goes through; the report says it did.
 
         """

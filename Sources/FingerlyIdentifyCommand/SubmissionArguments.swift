@@ -56,7 +56,7 @@ struct SubmissionArguments {
             submission.caFile = file
         }
         if let pins = arguments.list("api-pin") {
-            if let problem = TLSPinCheck.pinsProblem(pins) { throw UsageError("--api-pin: \(problem)") }
+            if let problem = TLSPinCheck.pinsProblem(TLSPinCheck.bare(pins)) { throw UsageError("--api-pin: \(problem)") }
             submission.pins = pins
         }
         if let attempts = try arguments.integer("attempts", in: 1...10) { submission.attempts = attempts }

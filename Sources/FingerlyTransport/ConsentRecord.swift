@@ -33,7 +33,10 @@ package enum ConsentRecord {
     package static func read(stateDirectory directory: String) -> Reading {
         let directoryFd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directoryFd >= 0 else {
-            return errno == ENOENT ? .absent : .invalid("\(directory): \(SystemError(errno))")
+            // No state directory, one this user may not enter, or a file in its place: nothing
+            // here can be this user's record (root's /var/lib/fingerly is not a user's state).
+            // A record that is there but cannot be trusted is another matter: see below.
+            return [ENOENT, EACCES, ENOTDIR].contains(errno) ? .absent : .invalid("\(directory): \(SystemError(errno))")
         }
         defer { close(directoryFd) }
         return read(in: directoryFd, directoryPath: directory)

@@ -36,7 +36,8 @@ package struct AttemptSettings: Sendable, Hashable {
     /// A PEM bundle trusted instead of the system's; nil for the system store.
     package var caFile: String?
     /// SPKI SHA-256 pins, each the base64 of the 32-byte digest (a `sha256/` or `sha256//` prefix is
-    /// accepted); empty for none. Any one matching is enough.
+    /// accepted); empty for none. Any one matching is enough. curl compares them with the server's own
+    /// (leaf) key only, never with an intermediate's or a CA's: a pin must name the leaf key.
     package var pins: [String]
     package var proxy: ProxyEndpoint?
 
@@ -112,8 +113,12 @@ package enum HTTPClient {
 
         var headerList: UnsafeMutablePointer<curl_slist>?
         defer { curl_slist_free_all(headerList) }
-        // curl adds `Expect: 100-continue` to larger bodies; a server that ignores it costs a second of waiting.
-        for line in request.headers.map({ "\($0.name): \($0.value)" }) + ["Expect:"] {
+        // What curl would add on its own is removed ("Name:" with no value), so that the fields sent
+        // are the caller's plus Host and Content-Length: the dry run can show the exact request.
+        // `Expect: 100-continue` would also cost a second of waiting with a server that ignores it.
+        let given = Set(request.headers.map { $0.name.lowercased() })
+        let removed = ["Accept", "Content-Type", "Expect"].filter { !given.contains($0.lowercased()) }.map { $0 + ":" }
+        for line in request.headers.map({ "\($0.name): \($0.value)" }) + removed {
             guard let appended = curl_slist_append(headerList, line) else { return .failure(.invalidRequest("out of memory")) }
             headerList = appended
         }
@@ -209,11 +214,12 @@ package enum HTTPClient {
     /// Requests are bounded like responses, plus room for the envelope around the report.
     static let maximumRequestBytes = 2 << 20
 
+    /// The base64 without its prefix. By length, not by the first prefix that fits: in the CLI's
+    /// "sha256/<base64>" the digest may itself start with '/', which reads as curl's "sha256//".
     static func bareDigest(_ pin: String) -> Substring {
-        var digest = Substring(pin)
-        for prefix in ["sha256//", "sha256/"] where digest.hasPrefix(prefix) {
-            digest = digest.dropFirst(prefix.count)
-            break
+        let digest = Substring(pin)
+        for prefix in ["sha256//", "sha256/"] where digest.hasPrefix(prefix) && digest.utf8.count - prefix.utf8.count == 44 {
+            return digest.dropFirst(prefix.count)
         }
         return digest
     }

@@ -68,6 +68,9 @@ package struct OutboxMaintenance: Sendable, Hashable {
     package var dropped = OutboxDropCounts()
     /// The directory had more entries than `maxEntriesScanned`; the rest were not looked at.
     package var scanTruncated = false
+    /// A step that failed (taking the lock, listing, syncing the directory, recording the drops).
+    /// What was done stays done; a full disk must not stop the outbox from being emptied.
+    package var error: OutboxError?
 }
 
 package struct FlushSummary: Sendable {
@@ -129,19 +132,15 @@ package final class Outbox: Sendable {
 
     /// Opens (creating it 0700 when missing; its parent must exist) the outbox at `directory`,
     /// sweeps what crashed writers left, removes files that are not valid items and applies the
-    /// caps, unless another process is doing so right now.
+    /// caps, unless another process is doing so right now. Throws only when the directory cannot
+    /// be created or opened, or is not safely this user's; what upkeep could not do is in
+    /// `openMaintenance.error`.
     package static func open(directory: String, limits: OutboxLimits = .standard,
                              now: @escaping @Sendable () -> Int64 = { Int64(time(nil)) }) throws(OutboxError) -> Outbox {
         let fd: Int32
         do { fd = try DurableFile.openDirectory(directory, create: true) } catch { throw .storage(error) }
         let store = OutboxStore(path: directory, directoryFd: fd, limits: limits, now: now)
-        do {
-            let maintenance = try store.withLock(wait: false) { () throws(OutboxError) in try store.maintain().maintenance }
-            return Outbox(store: store, openMaintenance: maintenance ?? OutboxMaintenance())
-        } catch {
-            close(fd)
-            throw error
-        }
+        return Outbox(store: store, openMaintenance: store.maintainUnlessBusy())
     }
 
     /// Queues a request durably. On a full disk it throws an error whose `isOutOfSpace` is true,
@@ -155,7 +154,8 @@ package final class Outbox: Sendable {
         guard bytes.count <= limits.maxBytes else { throw .itemTooLarge(bytes: bytes.count, limit: limits.maxBytes) }
         if let age = store.expiredAge(request.createdAt) { throw .expired(ageSeconds: age) }
         try store.write(bytes, key: request.idempotencyKey)
-        return try store.withLock(wait: false) { () throws(OutboxError) in try store.maintain().maintenance } ?? OutboxMaintenance()
+        // The item is queued: what goes wrong from here is reported, not thrown.
+        return store.maintainUnlessBusy()
     }
 
     /// The queued requests, oldest first, within the caps. Reads only: files it cannot use are
@@ -178,7 +178,7 @@ package final class Outbox: Sendable {
     /// than `organization` (when given) stay. `send` is called once per item; see `SendVerdict`.
     package func flush(organization: String? = nil, send: (OutgoingRequest) -> SendVerdict) -> FlushSummary {
         do {
-            if let summary = try store.withLock(wait: false, { () throws(OutboxError) in try store.flush(organization: organization, send: send) }) {
+            if let summary = try store.withLock(wait: false, { store.flush(organization: organization, send: send) }) {
                 return summary
             }
             var summary = FlushSummary()
@@ -216,11 +216,12 @@ private struct OutboxStore: Sendable {
 
     // MARK: Under the lock
 
-    func flush(organization: String?, send: (OutgoingRequest) -> SendVerdict) throws(OutboxError) -> FlushSummary {
+    func flush(organization: String?, send: (OutgoingRequest) -> SendVerdict) -> FlushSummary {
         var summary = FlushSummary()
-        let (upkeep, entries) = try maintain()
+        let (upkeep, entries) = maintain()
         summary.dropped = upkeep.dropped.total
         summary.scanTruncated = upkeep.scanTruncated
+        summary.lastError = upkeep.error
         var removed = 0
         var drops = OutboxDropCounts()
         sending: for entry in entries {
@@ -269,18 +270,33 @@ private struct OutboxStore: Sendable {
             do { try addDrops(drops) } catch { summary.lastError = error }
         }
         // Items queued while this flush ran were left for it to cap.
-        let (late, left) = try maintain()
+        let (late, left) = maintain()
         summary.dropped += late.dropped.total
+        if let error = late.error { summary.lastError = error }
         summary.remaining = left.count
         return summary
     }
 
     /// Sweeps leftovers, removes unusable files, drops expired items, then the oldest until the
     /// caps hold, and records the drops. Returns the items kept, oldest first.
-    func maintain() throws(OutboxError) -> (maintenance: OutboxMaintenance, kept: [ScannedItem]) {
+    func maintainUnlessBusy() -> OutboxMaintenance {
+        do {
+            return try withLock(wait: false) { () throws(OutboxError) in maintain().maintenance } ?? OutboxMaintenance()
+        } catch {
+            var maintenance = OutboxMaintenance()
+            maintenance.error = error
+            return maintenance
+        }
+    }
+
+    func maintain() -> (maintenance: OutboxMaintenance, kept: [ScannedItem]) {
         var maintenance = OutboxMaintenance()
         maintenance.performed = true
-        let found = try scan(removing: true)
+        let found: Scan
+        do { found = try scan(removing: true) } catch {
+            maintenance.error = error
+            return (maintenance, [])
+        }
         maintenance.leftoversRemoved = found.leftoversRemoved
         maintenance.scanTruncated = found.truncated
         maintenance.dropped.unreadable = found.unreadableRemoved
@@ -302,10 +318,12 @@ private struct OutboxStore: Sendable {
         kept.removeFirst(evicted)
         if maintenance.dropped != OutboxDropCounts() || found.leftoversRemoved > 0 {
             if case .failure(let error) = retryingOnInterrupt({ fsync(directoryFd) }) {
-                throw .storage(StateFileError(path: path, step: .syncDirectory, error: error))
+                maintenance.error = .storage(StateFileError(path: path, step: .syncDirectory, error: error))
             }
         }
-        if maintenance.dropped != OutboxDropCounts() { try addDrops(maintenance.dropped) }
+        if maintenance.dropped != OutboxDropCounts() {
+            do { try addDrops(maintenance.dropped) } catch { maintenance.error = error }
+        }
         return (maintenance, kept)
     }
 

@@ -482,6 +482,18 @@ private func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600) thro
         let small = request()
         try outbox.enqueue(small)
         #expect(try outbox.items() == existing + [small])
+
+        // With not a page left, upkeep cannot record its drops, but delivering still empties
+        // the outbox (an empty file takes no page to plant, and frees none when removed).
+        try write([], to: directory + "/" + OutboxItemFormat.fileName(forKey: "planted"))
+        try SmallFilesystem.fill(mountPoint + "/filler")
+        var sent: [OutgoingRequest] = []
+        let summary = outbox.flush { sent.append($0); return .delivered }
+        #expect(sent == existing + [small])
+        #expect(summary.delivered == 3 && summary.remaining == 0)
+        #expect((summary.lastError as? OutboxError)?.isOutOfSpace == true, "\(String(describing: summary.lastError))")
+        // The planted file went; its drop could not be counted (.drops was never written).
+        #expect(try names(in: directory) == [".lock"])
     }
 
     // MARK: Purge
@@ -587,6 +599,16 @@ enum SmallFilesystem {
         _ = try? runProcess("/bin/umount", [probe])
         return true
     }()
+
+    /// Writes a file until the file system has no page left.
+    static func fill(_ path: String) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let page = [UInt8](repeating: 0, count: 4096)
+        while page.withUnsafeBytes({ Glibc.write(fd, $0.baseAddress, $0.count) }) > 0 {}
+        #expect(errno == ENOSPC)
+    }
 
     static func mount(at path: String) throws {
         let result = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", path])

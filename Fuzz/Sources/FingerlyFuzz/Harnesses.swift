@@ -4,6 +4,7 @@ import FoundationEssentials
 @testable import FingerlyModel
 @testable import FingerlyPolicy
 @testable import FingerlyProbes
+@testable import FingerlyTransport
 
 /// Each harness feeds one input to the real parsing code: the pure parser where one exists, and the
 /// whole probe over a scratch tree, since several probes parse inline while they read.
@@ -23,6 +24,10 @@ enum Harnesses {
         "pem": pem,
         "acpi-tables": acpiTables,
         "signature-fields": signatureFields,
+        "outbox-item": outboxItem,
+        "retry-after": retryAfter,
+        "error-code": errorCode,
+        "proxy-env": proxyEnvironment,
     ]
 
     private static let root = ScratchRoot()
@@ -139,5 +144,42 @@ enum Harnesses {
             root.write("/sys/firmware/acpi/tables/" + name, Array(bytes[start..<min(start + 36, bytes.count)]))
         }
         root.run(HypervisorMarkersProbe())
+    }
+
+    /// An outbox file as found on disk: whatever the decoder accepts must encode back to the same
+    /// bytes (else two readings of one file could send different requests). The other files the
+    /// outbox and the consent record read go through their parsers too.
+    static func outboxItem(_ bytes: [UInt8]) {
+        if let request = try? OutboxItemFormat.decode(bytes) {
+            precondition((try? OutboxItemFormat.encode(request)) == bytes, "an accepted item does not re-encode to its bytes")
+        }
+        _ = OutboxDropCounts.parse(bytes)
+        _ = ConsentRecord.parse(bytes)
+    }
+
+    /// A server's Retry-After value, read against clocks at the edges as well as a real one.
+    static func retryAfter(_ bytes: [UInt8]) {
+        let value = String(decoding: bytes, as: UTF8.self)
+        for now: Int64 in [1_750_000_000, 0, Int64.min, Int64.max] {
+            _ = RetryAfter.delayMilliseconds(value, now: now)
+        }
+    }
+
+    /// A server's error body: the scan for `{"error":{"code":…}}`.
+    static func errorCode(_ bytes: [UInt8]) {
+        _ = ServerErrorCode.parse(bytes)
+    }
+
+    /// NUL-separated: the target URL, then the values of https_proxy, http_proxy, ALL_PROXY and NO_PROXY.
+    static func proxyEnvironment(_ bytes: [UInt8]) {
+        let parts = bytes.split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+        guard let target = RequestTarget(url: parts[0]) else { return }
+        var environment: [String: String] = [:]
+        for (name, value) in zip(["https_proxy", "http_proxy", "ALL_PROXY", "NO_PROXY"], parts.dropFirst()) {
+            environment[name] = value
+        }
+        if case .proxy(let endpoint) = ProxyResolution.decide(for: target, environment: environment) {
+            _ = endpoint.description
+        }
     }
 }

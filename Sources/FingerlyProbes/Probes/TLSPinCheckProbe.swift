@@ -14,7 +14,12 @@ package struct TLSPinCheck: Sendable, Hashable {
     package init(host: String, port: Int = 443, pins: [String]) {
         self.host = host
         self.port = port
-        self.pins = pins.map { $0.hasPrefix("sha256/") ? String($0.dropFirst(7)) : $0 }
+        self.pins = Self.bare(pins)
+    }
+
+    /// The pins without their optional "sha256/" prefix.
+    package static func bare(_ pins: [String]) -> [String] {
+        pins.map { $0.hasPrefix("sha256/") ? String($0.dropFirst(7)) : $0 }
     }
 
     /// Why this check cannot be run as given, or nil. A check with a problem is reported and
