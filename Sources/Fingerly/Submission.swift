@@ -237,6 +237,23 @@ extension Fingerly {
 
     /// nil once queued, else why not.
     func enqueue(_ request: OutgoingRequest) -> String? {
+        // A write past a file-size limit raises SIGXFSZ, whose default kills the process. Blocked
+        // on this thread alone (the application's signal handling is its own), the write fails
+        // with EFBIG instead and the caller learns the report was not queued. The threads the
+        // library starts usually inherit a mask that blocks it already (Swift's pool threads);
+        // this holds wherever enqueue runs.
+        var block = sigset_t()
+        var previous = sigset_t()
+        sigemptyset(&block)
+        sigaddset(&block, SIGXFSZ)
+        pthread_sigmask(SIG_BLOCK, &block, &previous)
+        defer {
+            // The signal a failed write raised is still pending: take it before unblocking, or
+            // it would be delivered (and kill) the moment the mask is restored.
+            var none = timespec()
+            while sigtimedwait(&block, nil, &none) == SIGXFSZ {}
+            pthread_sigmask(SIG_SETMASK, &previous, nil)
+        }
         guard let outbox = openOutbox() else { return "no usable state directory" }
         do {
             let maintenance = try outbox.enqueue(request)

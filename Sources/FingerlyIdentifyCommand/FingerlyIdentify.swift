@@ -157,6 +157,9 @@ package enum FingerlyIdentify {
 
     /// The real process: real streams and environment.
     package static func main() async -> Int32 {
+        // Under a file-size limit (ulimit -f), a write past it must fail with EFBIG, which the
+        // outbox reports as "not queued" (exit 74), not kill the process.
+        signal(SIGXFSZ, SIG_IGN)
         var environment: [String: String] = [:]
         var pointer = environ
         while let entry = pointer.pointee {

@@ -16,8 +16,10 @@ package struct IdentifierHasher: Sendable {
     /// Immutable after the fetch and thread-safe to use.
     nonisolated(unsafe) private static let sha256: OpaquePointer? = {
         // HMAC-SHA256 needs nothing from the system's openssl.cnf; parsing it was most of the
-        // cost of starting libcrypto.
-        OPENSSL_init_crypto(UInt64(OPENSSL_INIT_NO_LOAD_CONFIG), nil)
+        // cost of starting libcrypto. No atexit cleanup: a process that exits while the warm-up
+        // thread is still inside libcrypto would otherwise free the tables under it (SIGSEGV at
+        // exit, seen with a CLI that fails fast on a bad policy).
+        OPENSSL_init_crypto(UInt64(OPENSSL_INIT_NO_LOAD_CONFIG) | UInt64(OPENSSL_INIT_NO_ATEXIT), nil)
         return EVP_MD_fetch(nil, "SHA256", nil)
     }()
 

@@ -98,3 +98,35 @@ import Testing
         #expect(result.report.prefetchedAgeMs == nil)
     }
 }
+
+/// A write past the process's file-size limit raises SIGXFSZ, whose default action kills the
+/// process: an application that never heard of it must get a "not queued" error instead.
+@Suite(.serialized) struct FileSizeLimitTests {
+    @Test func aQueueWritePastTheFileSizeLimitFailsCleanlyAndTheProcessLives() async throws {
+        let closed = try SubmissionFaultTests.ClosedPort()
+        let state = try TestPaths.temporaryDirectory("fsize")
+        let fingerly = try Fingerly.loadBlocking(
+            apiKey: TestKeys.standard, endpoint: closed.url,
+            options: FingerlyOptions(root: TestPaths.fixture("laptop-baremetal"), stateDirectory: state,
+                                     submission: SubmissionOptions(attempts: 1, deadlineMs: 2_000)))
+        // The default disposition, as in an application that never touched it.
+        let previous = signal(SIGXFSZ, SIG_DFL)
+        var old = rlimit()
+        getrlimit(Int32(RLIMIT_FSIZE.rawValue), &old)
+        var small = rlimit(rlim_cur: 512, rlim_max: old.rlim_max)
+        setrlimit(Int32(RLIMIT_FSIZE.rawValue), &small)
+        var failure: TransportError?
+        do {
+            _ = try await fingerly.identify(tiers: [Tier.fast])
+        } catch let error as TransportError {
+            failure = error
+        }
+        setrlimit(Int32(RLIMIT_FSIZE.rawValue), &old)
+        signal(SIGXFSZ, previous)
+        let error = try #require(failure)
+        #expect(error.retryable && error.code == TransportError.notQueuedCode, "\(error)")
+        #expect(error.message.contains("could not be queued"))
+        let items = try FileManager.default.contentsOfDirectory(atPath: state + "/outbox").filter { $0.hasSuffix(".item") }
+        #expect(items.isEmpty)
+    }
+}
