@@ -7,6 +7,9 @@ import PackageDescription
 //   FingerlyProbes  the probes, their context, the catalogue and the detection tables
 //   FingerlyPolicy  the policy, the verdict engine and the suspect score; bytes in, verdicts out
 //   FingerlyTransport  HTTP over libcurl, retries, signatures, the outbox; bytes in, bytes out
+//   FingerlyStore   the identity store interface and SQLite
+//   FingerlyEngine  visitor resolution, idempotency, scoring; shared by the server and the local mode
+//   FingerlyServer  fingerly-server: HTTP over libmicrohttpd in front of the engine
 //   Fingerly        the scheduler and the SDK; the only public surface (with FingerlyModel)
 // FingerlyProbes cannot see FingerlyPolicy, and FingerlyPolicy cannot see FingerlyHost.
 let package = Package(
@@ -14,6 +17,7 @@ let package = Package(
     products: [
         .library(name: "Fingerly", targets: ["Fingerly"]),
         .executable(name: "fingerly-identify", targets: ["fingerly-identify"]),
+        .executable(name: "fingerly-server", targets: ["fingerly-server"]),
     ],
     targets: [
         // System libraries from Debian, found through pkg-config.
@@ -21,6 +25,8 @@ let package = Package(
         .systemLibrary(name: "CBlkid", pkgConfig: "blkid", providers: [.apt(["libblkid-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
         // What Swift cannot call directly (inline asm, raw system calls, ioctls, OpenSSL's macros),
         // one target per concern. Each hands back C structs, called only through FingerlyHost.
@@ -33,6 +39,8 @@ let package = Package(
         .target(name: "CFingerlyNetDevice"),
         .target(name: "CFingerlyFiles"),
         .target(name: "CFingerlyCurl", linkerSettings: [.linkedLibrary("curl")]),
+        .target(name: "CFingerlySQLite", linkerSettings: [.linkedLibrary("sqlite3")]),
+        .target(name: "CFingerlyHTTPD", linkerSettings: [.linkedLibrary("microhttpd")]),
 
         .target(name: "FingerlyModel"),
         .target(name: "FingerlyHost",
@@ -58,14 +66,23 @@ let package = Package(
         // Sending: HTTP over libcurl, retries, request signatures, the durable outbox. It knows
         // bytes and files of its own, never the report's types, the probes or the policy.
         .target(name: "FingerlyTransport", dependencies: ["FingerlyHost", "CCurl", "CFingerlyCurl", "CCrypto"]),
-        .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "FingerlyTransport"]),
+        // Where identities and events are kept: an interface narrow enough for SQLite and PostgreSQL.
+        .target(name: "FingerlyStore", dependencies: ["FingerlyHost", "CSQLite", "CFingerlySQLite", "CCrypto"]),
+        // Visitor resolution, idempotency and scoring, shared by the server and the local mode; no HTTP.
+        .target(name: "FingerlyEngine", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyPolicy", "FingerlyProbes", "FingerlyStore"]),
+        .target(name: "FingerlyServer", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyEngine", "FingerlyStore", "FingerlyTransport",
+                                                        "CMicroHTTPD", "CFingerlyHTTPD"]),
+        .executableTarget(name: "fingerly-server", dependencies: ["FingerlyServer"]),
+        .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "FingerlyTransport",
+                                                 "FingerlyEngine", "FingerlyStore"]),
         .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy"]),
         .executableTarget(name: "fingerly-identify", dependencies: ["FingerlyIdentifyCommand"]),
 
         .testTarget(
             name: "FingerlyTests",
             dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
-                           "FingerlyIdentifyCommand", "FingerlyTransport", "CFingerlyFiles", "CUdev", "CBlkid"]
+                           "FingerlyIdentifyCommand", "FingerlyTransport", "FingerlyStore", "FingerlyEngine", "FingerlyServer",
+                           "CFingerlyFiles", "CUdev", "CBlkid"]
         ),
         // Only what an application sees: `import Fingerly`, no @testable.
         .testTarget(name: "FingerlyExampleTests", dependencies: ["Fingerly"]),

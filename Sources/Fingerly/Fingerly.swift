@@ -2,6 +2,7 @@ import FoundationEssentials
 import Synchronization
 import FingerlyHost
 @_exported import FingerlyModel
+import FingerlyEngine
 import FingerlyPolicy
 import FingerlyProbes
 import FingerlyTransport

@@ -121,7 +121,7 @@ public struct IdentifyResult: Sendable, Codable {
 
     /// A result a server answered: its request id, visitor and score; its verdicts when it
     /// sent them, else this process's own.
-    static func enriched(_ answer: ServerAnswer, report: SignalReport, localVerdicts: Verdicts, policy: Policy,
+    static func enriched(_ answer: IdentifyAnswer, report: SignalReport, localVerdicts: Verdicts, policy: Policy,
                          request: SubmissionRequest) -> IdentifyResult {
         IdentifyResult(
             requestId: answer.requestId, visitorId: answer.visitorId, visitorIsNew: answer.visitorIsNew,

@@ -200,7 +200,7 @@ extension Fingerly {
         switch delivery.outcome {
         case .delivered(let response):
             do {
-                let answer = try JSONDecoder.fingerly.decode(ServerAnswer.self, from: Data(response.body))
+                let answer = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(response.body))
                 return (IdentifyResult.enriched(answer, report: report, localVerdicts: verdicts, policy: policy, request: prepared.preview), nil)
             } catch {
                 return (local(), TransportError(message: "the server accepted the report but its answer cannot be read: \(BoundedText.bounded(String(describing: error), limit: 300))",

@@ -68,10 +68,18 @@ import Testing
         #expect(Self.closure(of: "Fingerly", in: graph).contains("FingerlyTransport"))
     }
 
+    @Test func theStoreKeepsRowsAndTheEngineKnowsNoHTTP() throws {
+        let graph = try Self.targetGraph()
+        #expect(Self.closure(of: "FingerlyStore", in: graph).isDisjoint(with: ["FingerlyModel", "FingerlyProbes", "FingerlyPolicy", "FingerlyEngine", "Fingerly"]))
+        #expect(Self.closure(of: "FingerlyEngine", in: graph).isDisjoint(with: ["FingerlyTransport", "FingerlyServer", "Fingerly", "CMicroHTTPD", "CCurl"]))
+        #expect(Self.closure(of: "FingerlyServer", in: graph).isDisjoint(with: ["Fingerly", "FingerlyIdentifyCommand"]))
+    }
+
     @Test func everyTargetImportsOnlyWhatItDependsOn() throws {
         let graph = try Self.targetGraph()
         let system: Set<String> = ["FoundationEssentials", "Foundation", "Glibc", "Musl", "Dispatch", "Synchronization"]
-        for target in ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "FingerlyTransport", "Fingerly", "FingerlyIdentifyCommand"] {
+        for target in ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "FingerlyTransport", "FingerlyStore",
+                       "FingerlyEngine", "FingerlyServer", "Fingerly", "FingerlyIdentifyCommand"] {
             let allowed = Self.closure(of: target, in: graph).union(system)
             let stray = try Self.imports(of: target).subtracting(allowed)
             #expect(stray.isEmpty, "\(target) imports \(stray.sorted()) without depending on it")

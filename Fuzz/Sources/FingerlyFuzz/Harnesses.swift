@@ -2,6 +2,7 @@ import FoundationEssentials
 @testable import Fingerly
 @testable import FingerlyHost
 @testable import FingerlyModel
+@testable import FingerlyEngine
 @testable import FingerlyPolicy
 @testable import FingerlyProbes
 @testable import FingerlyTransport

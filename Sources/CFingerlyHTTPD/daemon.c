@@ -1,0 +1,1 @@
+#include "fingerly_httpd.h"

@@ -1,0 +1,181 @@
+/// Why the store could not do what was asked. `isTransient`: the same call may succeed later
+/// (busy, locked, a lost connection); the server answers 503 then, not 500.
+package struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
+    package let message: String
+    package let isTransient: Bool
+
+    package init(_ message: String, isTransient: Bool = false) {
+        self.message = message
+        self.isTransient = isTransient
+    }
+
+    package var description: String { message }
+}
+
+/// An organization and whether it accepts traffic.
+package struct OrganizationRecord: Sendable, Hashable {
+    package let name: String
+    package var suspended: Bool
+    package let createdAt: Int64
+
+    package init(name: String, suspended: Bool, createdAt: Int64) {
+        self.name = name
+        self.suspended = suspended
+        self.createdAt = createdAt
+    }
+}
+
+/// One key pair of an organization: the public key in clear (it ships in clients), the
+/// secret key only as its SHA-256.
+package struct KeyRecord: Sendable, Hashable {
+    package let publicKey: String
+    package let secretKeyHash: [UInt8]
+    package let organization: String
+    package let environment: String
+    package var revoked: Bool
+    package let createdAt: Int64
+
+    package init(publicKey: String, secretKeyHash: [UInt8], organization: String, environment: String, revoked: Bool, createdAt: Int64) {
+        self.publicKey = publicKey
+        self.secretKeyHash = secretKeyHash
+        self.organization = organization
+        self.environment = environment
+        self.revoked = revoked
+        self.createdAt = createdAt
+    }
+}
+
+/// What the store remembers of an idempotency key (scoped per organization).
+package struct IdempotencyRecord: Sendable, Hashable {
+    package enum State: String, Sendable, Hashable { case inFlight = "in_flight", complete }
+    package let organization: String
+    package let key: String
+    package let bodyHash: [UInt8]
+    package var state: State
+    /// The stored answer (JSON), once complete.
+    package var response: [UInt8]?
+    package var status: Int?
+    package let createdAt: Int64
+    package var updatedAt: Int64
+
+    package init(organization: String, key: String, bodyHash: [UInt8], state: State, response: [UInt8]?, status: Int?,
+                 createdAt: Int64, updatedAt: Int64) {
+        self.organization = organization
+        self.key = key
+        self.bodyHash = bodyHash
+        self.state = state
+        self.response = response
+        self.status = status
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+    }
+}
+
+/// One hashed identity component of a visitor (`IdentityComponent` of the report, flattened).
+package struct ComponentRecord: Sendable, Hashable {
+    /// `hardware` or `instance`.
+    package let scope: String
+    package let name: String
+    package let hash: String
+
+    package init(scope: String, name: String, hash: String) {
+        self.scope = scope
+        self.name = name
+        self.hash = hash
+    }
+}
+
+/// A visitor of an organization.
+package struct VisitorRecord: Sendable, Hashable {
+    package let id: String
+    package let organization: String
+    package var instanceId: String?
+    package var hardwareId: String?
+    package let firstSeen: Int64
+    package var lastSeen: Int64
+    package var components: [ComponentRecord]
+    /// Device-key ids (RFC 9421 keyid) this visitor has signed with.
+    package var deviceKeys: [String]
+
+    package init(id: String, organization: String, instanceId: String?, hardwareId: String?, firstSeen: Int64, lastSeen: Int64,
+                 components: [ComponentRecord], deviceKeys: [String]) {
+        self.id = id
+        self.organization = organization
+        self.instanceId = instanceId
+        self.hardwareId = hardwareId
+        self.firstSeen = firstSeen
+        self.lastSeen = lastSeen
+        self.components = components
+        self.deviceKeys = deviceKeys
+    }
+}
+
+/// A stored identify event: what `GET /v1/events/{requestId}` returns.
+package struct EventRecord: Sendable, Hashable {
+    package let requestId: String
+    package let organization: String
+    package let visitorId: String
+    package let receivedAt: Int64
+    /// The whole event as JSON (answer, report, signature facts), written once.
+    package let document: [UInt8]
+
+    package init(requestId: String, organization: String, visitorId: String, receivedAt: Int64, document: [UInt8]) {
+        self.requestId = requestId
+        self.organization = organization
+        self.visitorId = visitorId
+        self.receivedAt = receivedAt
+        self.document = document
+    }
+}
+
+/// The operations of one transaction. Everything the engine and the server keep (idempotency
+/// records, in-flight markers, rate-limit counters) goes through here, so several server
+/// processes can share one database: no state may live in one process's memory.
+package protocol StoreTransaction {
+    // Organizations and keys
+    func organization(named name: String) throws(StoreError) -> OrganizationRecord?
+    /// Creates the organization unless it exists; returns it either way.
+    func ensureOrganization(named name: String, now: Int64) throws(StoreError) -> OrganizationRecord
+    func setSuspended(_ suspended: Bool, organization name: String) throws(StoreError) -> Bool
+    func insertKey(_ key: KeyRecord) throws(StoreError)
+    func key(publicKey: String) throws(StoreError) -> KeyRecord?
+    func key(secretKeyHash: [UInt8]) throws(StoreError) -> KeyRecord?
+    func revokeKey(publicKey: String) throws(StoreError) -> Bool
+    func keys(organization: String?) throws(StoreError) -> [KeyRecord]
+
+    // Idempotency
+    func idempotency(organization: String, key: String) throws(StoreError) -> IdempotencyRecord?
+    /// Inserts, or replaces a record with the same (organization, key).
+    func putIdempotency(_ record: IdempotencyRecord) throws(StoreError)
+    func deleteIdempotency(organization: String, key: String) throws(StoreError)
+    /// Removes records created before `cutoff`; returns how many.
+    func expireIdempotency(createdBefore cutoff: Int64) throws(StoreError) -> Int
+
+    // Visitors
+    func visitor(id: String, organization: String) throws(StoreError) -> VisitorRecord?
+    func visitors(instanceId: String, organization: String) throws(StoreError) -> [VisitorRecord]
+    /// Visitors of the organization holding any of these component hashes, at most `limit`.
+    func visitors(sharingAnyOf hashes: [String], organization: String, limit: Int) throws(StoreError) -> [VisitorRecord]
+    /// Inserts or replaces the visitor, its components and device keys.
+    func putVisitor(_ visitor: VisitorRecord) throws(StoreError)
+    func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorRecord]
+
+    // Events
+    func insertEvent(_ event: EventRecord) throws(StoreError)
+    func event(requestId: String, organization: String) throws(StoreError) -> EventRecord?
+    func eventCount(organization: String?) throws(StoreError) -> Int
+    /// Removes events received before `cutoff` (retention); returns how many.
+    func expireEvents(receivedBefore cutoff: Int64) throws(StoreError) -> Int
+
+    // Rate limits
+    /// Adds one to the counter of `bucket` (a key and a window) and returns the new count.
+    func incrementCounter(bucket: String, window: Int64) throws(StoreError) -> Int
+    func expireCounters(windowsBefore cutoff: Int64) throws(StoreError) -> Int
+}
+
+/// A database the engine and the server keep their state in: SQLite here, PostgreSQL next.
+package protocol IdentityStore: Sendable {
+    /// Runs `body` in one transaction: all of its writes land, or none. Transient conflicts
+    /// (busy, serialization) are retried by the store a bounded number of times.
+    func transaction<Result>(_ body: (any StoreTransaction) throws(StoreError) -> Result) throws(StoreError) -> Result
+}

@@ -1,0 +1,7 @@
+import FingerlyServer
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+exit(await FingerlyServerCommand.main())
