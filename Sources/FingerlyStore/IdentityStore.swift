@@ -153,8 +153,12 @@ package protocol StoreTransaction {
 
     // Visitors
     func visitor(id: String, organization: String) throws(StoreError) -> VisitorRecord?
-    func visitors(instanceId: String, organization: String) throws(StoreError) -> [VisitorRecord]
-    /// Visitors of the organization holding any of these component hashes, at most `limit`.
+    /// Visitors of the organization with this instanceId, at most `limit`: the one whose hardwareId
+    /// equals `hardwareId` first, then those without a hardwareId, then the most recently seen.
+    /// Clones of one image share an instanceId, so a farm can hold thousands of them.
+    func visitors(instanceId: String, organization: String, preferringHardwareId hardwareId: String?, limit: Int) throws(StoreError) -> [VisitorRecord]
+    /// Visitors of the organization holding any of these component hashes, at most `limit`, those
+    /// sharing the most hashes first.
     func visitors(sharingAnyOf hashes: [String], organization: String, limit: Int) throws(StoreError) -> [VisitorRecord]
     /// Inserts or replaces the visitor, its components and device keys.
     func putVisitor(_ visitor: VisitorRecord) throws(StoreError)
@@ -171,6 +175,13 @@ package protocol StoreTransaction {
     /// Adds one to the counter of `bucket` (a key and a window) and returns the new count.
     func incrementCounter(bucket: String, window: Int64) throws(StoreError) -> Int
     func expireCounters(windowsBefore cutoff: Int64) throws(StoreError) -> Int
+}
+
+extension StoreTransaction {
+    /// Visitors with this instanceId, at most 64, most recently seen first.
+    package func visitors(instanceId: String, organization: String) throws(StoreError) -> [VisitorRecord] {
+        try visitors(instanceId: instanceId, organization: organization, preferringHardwareId: nil, limit: 64)
+    }
 }
 
 /// A database the engine and the server keep their state in: SQLite here, PostgreSQL next.
