@@ -27,6 +27,8 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
     package static let maximumRows = 1_000
     /// The most hashes one `visitors(sharingAnyOf:)` lookup takes: a report has tens of components.
     package static let maximumLookupHashes = 4_096
+    /// The most components, and the most device keys, one visitor keeps.
+    package static let maximumVisitorComponents = 1_024
 
     package let path: String
     private let options: Options

@@ -167,26 +167,50 @@ final class SQLiteTransaction: StoreTransaction {
 
     func putVisitor(_ visitor: VisitorRecord) throws(StoreError) {
         let connection = try open()
-        // An id taken by another organization is never overwritten: the WHERE leaves it as it is.
-        let changed = try connection.execute("""
-            INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-            ON CONFLICT (id) DO UPDATE SET instance_id = excluded.instance_id, hardware_id = excluded.hardware_id,
-                first_seen = excluded.first_seen, last_seen = excluded.last_seen
-            WHERE visitors.organization = excluded.organization
-            """, [.text(visitor.id), .text(visitor.organization), .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId),
-                  .integer(visitor.firstSeen), .integer(visitor.lastSeen)])
-        guard changed > 0 else { throw StoreError("visitor id \(visitor.id) belongs to another organization") }
-        try connection.execute("DELETE FROM visitor_components WHERE visitor_id = ?1", [.text(visitor.id)])
-        for component in visitor.components {
-            try connection.execute("""
-                INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES (?1, ?2, ?3, ?4, ?5)
-                ON CONFLICT DO NOTHING
-                """, [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name), .text(component.hash)])
+        guard visitor.components.count <= SQLiteStore.maximumVisitorComponents, visitor.deviceKeys.count <= SQLiteStore.maximumVisitorComponents else {
+            throw StoreError("a visitor with \(visitor.components.count) components and \(visitor.deviceKeys.count) device keys exceeds "
+                + "\(SQLiteStore.maximumVisitorComponents) of either")
         }
-        try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = ?1", [.text(visitor.id)])
-        for keyId in visitor.deviceKeys {
-            try connection.execute("INSERT INTO visitor_device_keys (visitor_id, key_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
-                                   [.text(visitor.id), .text(keyId)])
+        // A returning visitor usually changes its last_seen alone: updating only that leaves the
+        // instance_id index page clean, one WAL frame fewer per identify.
+        let touched = try connection.execute("""
+            UPDATE visitors SET first_seen = ?1, last_seen = ?2
+            WHERE id = ?3 AND organization = ?4 AND instance_id IS ?5 AND hardware_id IS ?6
+            """, [.integer(visitor.firstSeen), .integer(visitor.lastSeen), .text(visitor.id), .text(visitor.organization),
+                  .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId)])
+        if touched == 0 {
+            // An id taken by another organization is never overwritten: the WHERE leaves it as it is.
+            let changed = try connection.execute("""
+                INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                ON CONFLICT (id) DO UPDATE SET instance_id = excluded.instance_id, hardware_id = excluded.hardware_id,
+                    first_seen = excluded.first_seen, last_seen = excluded.last_seen
+                WHERE visitors.organization = excluded.organization
+                """, [.text(visitor.id), .text(visitor.organization), .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId),
+                      .integer(visitor.firstSeen), .integer(visitor.lastSeen)])
+            guard changed > 0 else { throw StoreError("visitor id \(visitor.id) belongs to another organization") }
+        }
+        // Only the difference is written: a returning visitor's components rarely change.
+        let stored = Set(try connection.query("SELECT scope, name, hash FROM visitor_components WHERE visitor_id = ?1",
+                                              [.text(visitor.id)]) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) })
+        let wanted = Set(visitor.components)
+        for component in stored.subtracting(wanted) {
+            try connection.execute("DELETE FROM visitor_components WHERE visitor_id = ?1 AND scope = ?2 AND name = ?3 AND hash = ?4",
+                                   [.text(visitor.id), .text(component.scope), .text(component.name), .text(component.hash)])
+        }
+        for component in wanted.subtracting(stored) {
+            try connection.execute("INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES (?1, ?2, ?3, ?4, ?5)",
+                                   [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name),
+                                    .text(component.hash)])
+        }
+        let storedKeys = Set(try connection.query("SELECT key_id FROM visitor_device_keys WHERE visitor_id = ?1", [.text(visitor.id)]) {
+            $0.text(0)
+        })
+        let wantedKeys = Set(visitor.deviceKeys)
+        for keyId in storedKeys.subtracting(wantedKeys) {
+            try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = ?1 AND key_id = ?2", [.text(visitor.id), .text(keyId)])
+        }
+        for keyId in wantedKeys.subtracting(storedKeys) {
+            try connection.execute("INSERT INTO visitor_device_keys (visitor_id, key_id) VALUES (?1, ?2)", [.text(visitor.id), .text(keyId)])
         }
     }
 

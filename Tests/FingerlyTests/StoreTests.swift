@@ -414,26 +414,28 @@ private struct Deliberate: Error {}
         #expect(throws: StoreError.self) { try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: nil) } }
     }
 
-    /// Not a timed assertion: prints what one identify's store work costs on this machine.
+    /// Not a timed assertion: prints what one identify's store work costs on this machine, for a
+    /// returning visitor (components unchanged) and for a new one (every row written).
     @Test func identifyTransactionsPerSecond() throws {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = try SQLiteStore(path: directory + "/fingerly.db")
         defer { store.close() }
         let document = (0..<20_480).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
-        let components = (0..<10).map { ComponentRecord(scope: $0 < 6 ? "hardware" : "instance", name: "c\($0)", hash: "hash-\($0)") }
-        @Sendable func identify(_ index: Int) throws(StoreError) {
+        @Sendable func identify(_ index: Int, visitor number: Int) throws(StoreError) {
+            let components = (0..<10).map {
+                ComponentRecord(scope: $0 < 6 ? "hardware" : "instance", name: "c\($0)", hash: "hash-\(number)-\($0)")
+            }
             try store.transaction { tx throws(StoreError) in
                 let key = "idem-\(index)"
                 if try tx.idempotency(organization: "acme", key: key) == nil {
                     try tx.putIdempotency(idempotency(key, body: Array(repeating: 1, count: 32), createdAt: Int64(index), state: .complete,
                                                       response: Array(repeating: 2, count: 600), status: 200))
                 }
-                let known = try tx.visitors(instanceId: "instance-\(index % 500)", organization: "acme",
-                                            preferringHardwareId: "hw-\(index % 500)", limit: 8)
-                var record = known.first ?? VisitorRecord(id: "visitor-\(index % 500)", organization: "acme", instanceId: "instance-\(index % 500)",
-                                                          hardwareId: "hw-\(index % 500)", firstSeen: Int64(index), lastSeen: Int64(index),
-                                                          components: [], deviceKeys: ["dk-\(index % 500)"])
+                let known = try tx.visitors(instanceId: "instance-\(number)", organization: "acme", preferringHardwareId: "hw-\(number)", limit: 8)
+                var record = known.first ?? VisitorRecord(id: "visitor-\(number)", organization: "acme", instanceId: "instance-\(number)",
+                                                          hardwareId: "hw-\(number)", firstSeen: Int64(index), lastSeen: Int64(index),
+                                                          components: [], deviceKeys: ["dk-\(number)"])
                 record.lastSeen = Int64(index)
                 record.components = components
                 try tx.putVisitor(record)
@@ -441,23 +443,27 @@ private struct Deliberate: Error {}
                                                receivedAt: Int64(index), document: document))
             }
         }
-        for index in 0..<200 { try identify(index) }
-        let count = 2_000
-        let start = Date()
-        for index in 200..<(200 + count) { try identify(index) }
-        let oneThread = Double(count) / Date().timeIntervalSince(start)
-
-        let failures = Mutex<Int>(0)
-        let twoStart = Date()
-        onThreads(2) { thread in
-            for round in 0..<(count / 2) {
-                do { try identify(10_000 + thread * count + round) } catch { failures.withLock { $0 += 1 } }
+        func rate(_ count: Int, threads: Int, visitor: @escaping @Sendable (Int) -> Int, offset: Int) -> Double {
+            let failures = Mutex<Int>(0)
+            let start = Date()
+            onThreads(threads) { thread in
+                for round in 0..<(count / threads) {
+                    let index = offset + thread * count + round
+                    do { try identify(index, visitor: visitor(index)) } catch { failures.withLock { $0 += 1 } }
+                }
             }
+            let elapsed = Date().timeIntervalSince(start)
+            #expect(failures.withLock { $0 } == 0)
+            return Double(count / threads * threads) / elapsed
         }
-        let twoThreads = Double(count) / Date().timeIntervalSince(twoStart)
-        #expect(failures.withLock { $0 } == 0)
-        #expect(try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: "acme") } == 200 + 2 * count)
+        let count = 2_000
+        _ = rate(500, threads: 1, visitor: { $0 % 500 }, offset: 0)
+        let returning = rate(count, threads: 1, visitor: { $0 % 500 }, offset: 10_000)
+        let returningTwo = rate(count, threads: 2, visitor: { $0 % 500 }, offset: 20_000)
+        let new = rate(count, threads: 1, visitor: { $0 }, offset: 30_000)
+        #expect(try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: "acme") } == 500 + 3 * count)
         print("SQLiteStore identify transaction (idempotency read+write, visitor by instance id, visitor put with 10 components, "
-              + "20 KB event): \(Int(oneThread)) tx/s on one thread, \(Int(twoThreads)) tx/s from two threads")
+              + "20 KB event): returning visitor \(Int(returning)) tx/s on one thread, \(Int(returningTwo)) tx/s from two threads; "
+              + "new visitor \(Int(new)) tx/s")
     }
 }
