@@ -187,6 +187,8 @@ extension StoreTransaction {
 /// A database the engine and the server keep their state in: SQLite here, PostgreSQL next.
 package protocol IdentityStore: Sendable {
     /// Runs `body` in one transaction: all of its writes land, or none. Transient conflicts
-    /// (busy, serialization) are retried by the store a bounded number of times.
+    /// (busy, serialization) are retried by the store a bounded number of times, running `body`
+    /// again: it must have no effect outside the store. Other requests may wait while it runs, so
+    /// decoding, scoring and encoding belong outside it.
     func transaction<Result>(_ body: (any StoreTransaction) throws(StoreError) -> Result) throws(StoreError) -> Result
 }
