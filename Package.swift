@@ -75,7 +75,8 @@ let package = Package(
         .executableTarget(name: "fingerly-server", dependencies: ["FingerlyServer"]),
         .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "FingerlyTransport",
                                                  "FingerlyEngine", "FingerlyStore"]),
-        .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy"]),
+        .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
+                                                                "FingerlyTransport"]),
         .executableTarget(name: "fingerly-identify", dependencies: ["FingerlyIdentifyCommand"]),
 
         .testTarget(

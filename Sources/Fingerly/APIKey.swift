@@ -76,5 +76,16 @@ package func endpointProblem(_ text: String) -> String? {
     guard text.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7f }) else {
         return "only printable ASCII, without spaces"
     }
+    // libcurl removes dot segments before sending, while the request signature covers the path
+    // as written: no server could verify it. Percent-encoded dots and empty segments likewise.
+    let afterScheme = text.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false)
+    if afterScheme.count == 4 {
+        let segments = afterScheme[3].split(separator: "/", omittingEmptySubsequences: false)
+        for (index, segment) in segments.enumerated() {
+            let lowered = segment.lowercased()
+            if [".", "..", "%2e", "%2e%2e", ".%2e", "%2e."].contains(lowered) { return "the path has a dot segment ('\(segment)')" }
+            if segment.isEmpty && index < segments.count - 1 { return "the path has an empty segment (//)" }
+        }
+    }
     return nil
 }

@@ -247,6 +247,13 @@ public final class Fingerly: Sendable {
     func requireConsent() throws(ConsentError) {
         let consent = consentState
         guard consent == .granted else { throw ConsentError(state: consent) }
+        // An administrator's refusal for the host binds every application on it; a record that
+        // cannot be trusted counts as one.
+        switch Self.systemConsent() {
+        case .success(nil), .success(.granted?): break
+        case .success(let state?): throw ConsentError(state: state)
+        case .failure: throw ConsentError(state: .denied)
+        }
     }
 
     /// The one path of every call: consent first, then the collection on a thread of its own.

@@ -127,7 +127,8 @@ public struct IdentifyResult: Sendable, Codable {
             requestId: answer.requestId, visitorId: answer.visitorId, visitorIsNew: answer.visitorIsNew,
             visitorConfidence: answer.visitorConfidence, identifiable: answer.identifiable, duplicate: answer.duplicate,
             state: .enriched, suspectScore: answer.suspectScore, suspectLevel: answer.suspectLevel,
-            triggers: answer.triggers ?? [], verdicts: answer.verdicts ?? localVerdicts, environment: HostEnvironment(report),
+            triggers: answer.triggers ?? [], verdicts: localVerdicts.keepingWhatWasSeenHere(over: answer.verdicts),
+            environment: HostEnvironment(report),
             policy: answer.policy ?? policy.name, report: report, request: request)
     }
 }
@@ -142,5 +143,20 @@ public struct HostEnvironment: Sendable, Codable, Hashable {
     init(_ report: SignalReport) {
         cloud = report.signals["dmi.cloud"]?.description
         xenDom0 = report.signals["virt.xen_dom0"] == .bool(true)
+    }
+}
+
+extension Verdicts {
+    /// The server's verdicts, except where this process found evidence the server calls false:
+    /// an unauthenticated answer (plain http, an endpoint the host chose) may add findings, never
+    /// clear one made here.
+    func keepingWhatWasSeenHere(over remote: Verdicts?) -> Verdicts {
+        guard let remote else { return self }
+        var merged: [VerdictName: Verdict] = [:]
+        for name in VerdictName.allCases {
+            let theirs = remote[name], ours = self[name]
+            merged[name] = ours.value && !theirs.value ? ours : theirs
+        }
+        return Verdicts(merged)
     }
 }

@@ -48,26 +48,64 @@ extension Fingerly {
         }
     }
 
+    /// The administrator's consent for the whole host (`/etc/fingerly/consent`), nil when none
+    /// is recorded; an error when a record is there but cannot be trusted.
+    package static func systemConsent() -> Result<ConsentState?, StateError> {
+        switch ConsentRecord.read(stateDirectory: ConsentRecord.systemDirectory) {
+        case .absent: return .success(nil)
+        case .recorded(let value): return .success(ConsentState(rawValue: value.rawValue))
+        case .invalid(let why): return .failure(StateError(description: why))
+        }
+    }
+
+    /// Records the host-wide consent: root's `consent` command with root's default state
+    /// directory. The file is readable by every user, so their runs obey it.
+    package static func recordSystemConsent(_ consent: ConsentState) throws(StateError) {
+        let directory = ConsentRecord.systemDirectory
+        if mkdir(directory, 0o755) != 0 && errno != EEXIST { throw StateError(description: "\(directory): \(SystemError(errno))") }
+        do {
+            try ConsentRecord.write(ConsentRecord.Value(rawValue: consent.rawValue) ?? .pending, stateDirectory: directory, mode: 0o644)
+        } catch {
+            throw StateError(description: error.description)
+        }
+    }
+
     /// Records `consent` for this instance and, with a configured state directory, on disk;
     /// denying purges the outbox, granting flushes it (now, or on a thread of its own).
     @discardableResult
     func applyConsent(_ consent: ConsentState, flushInBackground: Bool) throws(StateError) -> ConsentChange {
         self.consent.withLock { $0 = consent }
         var change = ConsentChange()
+        var failure: StateError?
+        // The refused reports go first, whatever becomes of recording the refusal.
+        if consent == .denied {
+            prefetched.withLock { $0 = nil }
+            if let outbox = openOutbox() {
+                do {
+                    if let purged = try outbox.purgeUnlessBusy() {
+                        change.purged = purged
+                    } else {
+                        // A flush holds the outbox: it sees the denial before its next item and
+                        // stops; this purge then runs, without keeping the caller waiting.
+                        change.purged = 0
+                        _ = startDetachedThread { _ = try? outbox.purge() }
+                    }
+                } catch {
+                    failure = StateError(description: "the outbox could not be purged: \(error)")
+                }
+            }
+        }
         if let directory = options.stateDirectory {
-            if let problem = StateDirectory.makeDirectories(directory) { throw StateError(description: problem) }
+            if let problem = StateDirectory.makeDirectories(directory) { throw failure ?? StateError(description: problem) }
             do {
                 try ConsentRecord.write(ConsentRecord.Value(rawValue: consent.rawValue) ?? .pending, stateDirectory: directory)
             } catch {
-                throw StateError(description: error.description)
+                throw failure ?? StateError(description: error.description)
             }
         }
+        if let failure { throw failure }
         switch consent {
-        case .denied:
-            prefetched.withLock { $0 = nil }
-            if let outbox = openOutbox() {
-                do { change.purged = try outbox.purge() } catch { throw StateError(description: "the outbox could not be purged: \(error)") }
-            }
+        case .denied: break
         case .pending:
             prefetched.withLock { $0 = nil }
         case .granted:
@@ -105,17 +143,35 @@ extension Fingerly {
                                                              retryable: false, code: "no_state_directory"))
             }
             var lastError: TransportError?
+            let destination = APIAddress(endpoint: endpoint).identifyURL
             let summary = outbox.flush(organization: apiKey.organization) { item in
+                // Consent may be withdrawn while a flush runs: nothing more is sent once it is.
+                guard consentState == .granted else {
+                    return .retryLater(TransportError(message: "consent was withdrawn", status: nil, retryable: false, code: "consent_withdrawn"))
+                }
+                // The configured address wins (an operator who moved the API keeps the queue); a
+                // report the first server stored but never answered then becomes an event there too.
+                if !item.destination.isEmpty && item.destination != destination {
+                    logger?.log(.warning, "request \(item.idempotencyKey): queued for \(item.destination), sent to \(destination)")
+                }
                 let delivery = deliver(item)
                 switch delivery.outcome {
-                case .delivered:
+                case .delivered(let response):
+                    // Only the API's answer shows the report arrived (not a captive portal's page).
+                    guard (try? JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(response.body))) != nil else {
+                        let error = TransportError(message: "HTTP \(response.status) with an answer that is not the API's; still queued",
+                                                   status: response.status, retryable: true, code: "bad_response")
+                        lastError = error
+                        return .retryLater(error)
+                    }
                     return .delivered
                 case .rejected(let status, let code, _):
                     let error = TransportError(message: Self.rejectionMessage(status: status, code: code), status: status, retryable: false, code: code)
                     lastError = error
-                    // The key or the organization is refused, not this report: keep it for a good key.
-                    if [401, 402, 403].contains(status) { return .retryLater(error) }
-                    return .rejected(error)
+                    // Only these blame the report itself; a refused key, a wrong address (3xx,
+                    // 404, 405, 501) or another server's answer keeps it for a later flush.
+                    if [400, 413, 422].contains(status) { return .rejected(error) }
+                    return .retryLater(error)
                 case .failed(let failure):
                     let error = TransportError(message: failure.description, status: nil, retryable: false, code: Self.code(of: failure))
                     lastError = error
@@ -135,6 +191,7 @@ extension Fingerly {
                     return .retryLater(error)
                 }
             }
+            if consentState == .denied { _ = try? outbox.purge() }
             if summary.busy {
                 return FlushResult(delivered: 0, dropped: 0, remaining: summary.remaining,
                                    lastError: TransportError(message: "another process is flushing this outbox", status: nil,

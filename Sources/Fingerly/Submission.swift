@@ -95,7 +95,8 @@ extension Fingerly {
         }
         let key = options.fixedIdempotencyKey ?? UUID().uuidString.lowercased()
         let created = Int64((options.frozenClock ?? Date()).timeIntervalSince1970)
-        let outgoing = OutgoingRequest(idempotencyKey: key, createdAt: created, organization: apiKey?.organization ?? "", body: body)
+        let outgoing = OutgoingRequest(idempotencyKey: key, createdAt: created, organization: apiKey?.organization ?? "",
+                                       destination: address.identifyURL, body: body)
         var headers = fixedHeaders(key: key, body: body).map { SubmissionRequest.Header(name: $0.0, value: $0.1) }
         headers[0] = SubmissionRequest.Header(name: "Authorization", value: Self.redactedKey)
         for name in ["Fingerly-Device-Key", "Signature-Input", "Signature"] {
@@ -203,11 +204,18 @@ extension Fingerly {
                 let answer = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(response.body))
                 return (IdentifyResult.enriched(answer, report: report, localVerdicts: verdicts, policy: policy, request: prepared.preview), nil)
             } catch {
-                return (local(), TransportError(message: "the server accepted the report but its answer cannot be read: \(BoundedText.bounded(String(describing: error), limit: 300))",
-                                                status: response.status, retryable: false, code: "bad_response"))
+                // A captive portal's page or a hostile network's: nothing says the report was
+                // stored. Queued, a later flush asks again under the same key, and a real server
+                // replays its answer.
+                return queue("HTTP \(response.status) with an answer that is not the API's: \(BoundedText.bounded(String(describing: error), limit: 300))",
+                             status: response.status, code: "bad_response")
             }
-        case .rejected(let status, let code, _):
+        case .rejected(let status, let code, _) where Self.blamesReportOrKey(status):
             return (local(), TransportError(message: Self.rejectionMessage(status: status, code: code), status: status, retryable: false, code: code))
+        case .rejected(let status, let code, _):
+            // A redirect, a 404 or a 501 says the address is wrong, not the report: keep it for a flush.
+            return queue("HTTP \(status)\(code.map { " (\($0))" } ?? "") from \(APIAddress(endpoint: endpoint).identifyURL)",
+                         status: status, code: code ?? "http_\(status)")
         case .failed(let failure):
             let error = TransportError(message: failure.description, status: nil, retryable: false, code: Self.code(of: failure))
             guard failure == .pinMismatch else { return (local(), error) }
@@ -215,25 +223,38 @@ extension Fingerly {
             let evidence = report.addingPinMismatch("\(APIAddress(endpoint: endpoint).identifyURL): the API origin's key matched none of the submission pins")
             return (local(evidence, Verdicts(engine.evaluate(evidence))), error)
         case .exhausted(let last, let stoppedBy):
-            var queued = prepared.outgoing
-            queued.attempts = delivery.attempts.count
             var status: Int?
             var code: String?
             switch last {
             case .response(let lastStatus, let lastCode): status = lastStatus; code = lastCode ?? "http_\(lastStatus)"
             case .failure(let failure): code = Self.code(of: failure)
             }
-            let why = "\(delivery.attempts.count) attempt(s) failed (last: \(last))\(stoppedBy == .deadline ? ", the deadline came first" : "")"
-            switch enqueue(queued) {
-            case nil:
-                return (local(), TransportError(message: "\(why); the report is queued and a later flush sends it under the same key",
-                                                status: status, retryable: true, code: code))
-            case let problem?:
+            return queue("\(delivery.attempts.count) attempt(s) failed (last: \(last))\(stoppedBy == .deadline ? ", the deadline came first" : "")",
+                         status: status, code: code)
+        }
+
+        func queue(_ why: String, status: Int?, code: String?) -> (IdentifyResult, TransportError?) {
+            // Consent withdrawn while the attempts were out: the report is dropped, not queued
+            // behind the purge that the denial made.
+            guard consentState == .granted else {
+                return (local(), TransportError(message: "\(why); consent was withdrawn meanwhile, so the report is not kept",
+                                                status: status, retryable: false, code: "consent_withdrawn"))
+            }
+            var queued = prepared.outgoing
+            queued.attempts = delivery.attempts.count
+            if let problem = enqueue(queued) {
                 return (local(), TransportError(message: "\(why); the report could not be queued: \(problem)",
                                                 status: status, retryable: true, code: TransportError.notQueuedCode))
             }
+            // A denial between the check above and the write: its purge may have run first.
+            if consentState == .denied { _ = try? openOutbox()?.purge() }
+            return (local(), TransportError(message: "\(why); the report is queued and a later flush sends it under the same key",
+                                            status: status, retryable: true, code: code))
         }
     }
+
+    /// The statuses that refuse this report or this key: resending the same bytes cannot help.
+    static func blamesReportOrKey(_ status: Int) -> Bool { [400, 401, 402, 403, 413, 422].contains(status) }
 
     /// nil once queued, else why not.
     func enqueue(_ request: OutgoingRequest) -> String? {

@@ -35,6 +35,7 @@ package enum ExitCode: Int32, Sendable, Error {
             // A policy file is input the command was given; every other field comes from flags.
             return field == "options.policy" ? .dataError : .usage
         case is ConsentError: return .noPermission
+        case is StateError: return .ioError
         case let transport as TransportError:
             if transport.retryable { return transport.code == TransportError.notQueuedCode ? .ioError : .queued }
             switch transport.status {

@@ -59,10 +59,23 @@ struct HumanReport {
             }
         }
         lines.append("")
+        let sent: String
+        switch result.state {
+        case .enriched:
+            sent = "Submitted: request \(result.requestId.escapingControlCharacters), visitor \((result.visitorId ?? "-").escapingControlCharacters)"
+                + "\(result.visitorIsNew == true ? " (new)" : "")\(result.visitorConfidence.map { ", confidence \($0)" } ?? "")"
+                + "\(result.duplicate ? ", a replayed answer" : "")."
+        case .local:
+            sent = "Resolved here: visitor \((result.visitorId ?? "-").escapingControlCharacters)\(result.visitorIsNew == true ? " (new)" : "")."
+        case .unavailable:
+            sent = "Not delivered: the verdicts are this host's own (the error is on stderr)."
+        case .collected:
+            sent = "Nothing was sent."
+        }
         if let score = result.suspectScore, let level = result.suspectLevel {
-            lines.append("Suspect score \(score) (\(level.rawValue)). Nothing was sent (--no-submit); --json shows the full report.")
+            lines.append("Suspect score \(score) (\(level.rawValue)). \(sent) --json shows the full report.")
         } else {
-            lines.append("No suspect score: the policy has no suspect section. Nothing was sent (--no-submit); --json shows the full report.")
+            lines.append("No suspect score: the policy has no suspect section. \(sent) --json shows the full report.")
         }
         switch report.identifierKeying {
         case .organization?: lines.append("Identifiers are keyed by the organization named in the API key: any of its keys gives the same ones.")

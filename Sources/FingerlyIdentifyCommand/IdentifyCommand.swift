@@ -89,7 +89,7 @@ struct IdentifyCommand {
         }
         if !pins.isEmpty && pinChecks.isEmpty { throw UsageError("--pin goes with --check-tls HOST:PORT") }
         if !arguments.positionals.isEmpty {
-            throw UsageError("unexpected argument '\(arguments.positionals[0])'")
+            throw UsageError("unexpected argument '\(Self.shown(arguments.positionals[0]))'")
         }
     }
 

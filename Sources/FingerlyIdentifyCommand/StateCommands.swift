@@ -1,11 +1,24 @@
 import Fingerly
+#if canImport(Glibc)
+import Glibc
+#endif
 import FoundationEssentials
+import FingerlyTransport
 
 /// `consent`, `flush` and `reset`: the commands about the collector's own state directory.
 enum StateCommands {
     /// The consent the operator's commands run under: what `consent` persisted, else granted
     /// (running the command is the operator's consent). An unreadable record fails closed.
     static func operatorConsent(_ stateDirectory: String?, _ io: CommandIO) -> Result<ConsentState, ExitCode> {
+        switch Fingerly.systemConsent() {
+        case .success(nil), .success(.granted?): break
+        case .success(let state?):
+            io.standardError("fingerly-identify: an administrator set consent \(state.rawValue) for this host (\(ConsentRecord.systemPath)): nothing is read or sent\n")
+            return .failure(.noPermission)
+        case .failure(let error):
+            io.standardError("fingerly-identify: the host's consent record cannot be trusted, so nothing runs: \(error)\n")
+            return .failure(.noPermission)
+        }
         guard let stateDirectory else { return .success(.granted) }
         switch Fingerly.persistedConsent(stateDirectory: stateDirectory) {
         case .success(let state?):
@@ -63,6 +76,12 @@ enum StateCommands {
                                                        options: connection.options(stateDirectory: directory, io))
                 let change = try await fingerly.changeConsent(to: newState)
                 io.standardOutput("consent \(newState.rawValue) (\(directory)/consent)\n")
+                // Root's own default state is the machine's: its consent binds every user.
+                if geteuid() == 0, connection.stateDirectory == nil,
+                   directory == FingerlyOptions.defaultStateDirectory(environment: [:]) {
+                    try Fingerly.recordSystemConsent(newState)
+                    io.standardOutput("consent \(newState.rawValue) for every user of this host (\(ConsentRecord.systemPath))\n")
+                }
                 if let purged = change.purged { io.standardOutput("outbox purged: \(purged) report(s) deleted unsent\n") }
                 if let flushed = change.flushed { return Flush.report(flushed, io) }
                 if newState == .granted && connection.apiKey == nil {

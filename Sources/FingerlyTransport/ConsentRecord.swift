@@ -83,10 +83,16 @@ package enum ConsentRecord {
 
     /// Records `value` crash-safely (0600), creating the state directory's last component
     /// (0700) when missing, and sweeps what crashed writers left in it.
-    package static func write(_ value: Value, stateDirectory directory: String) throws(StateFileError) {
+    package static func write(_ value: Value, stateDirectory directory: String, mode: mode_t = 0o600) throws(StateFileError) {
         let directoryFd = try DurableFile.openDirectory(directory, create: true, followingLink: true)
         defer { close(directoryFd) }
         DurableFile.sweepLeftovers(in: directoryFd)
-        try DurableFile.write(Array((value.rawValue + "\n").utf8), as: fileName, in: directoryFd, directoryPath: directory)
+        try DurableFile.write(Array((value.rawValue + "\n").utf8), as: fileName, in: directoryFd, directoryPath: directory, mode: mode)
     }
+
+    /// Where an administrator's consent for the whole host is kept: readable by every user,
+    /// written by root alone (`fingerly-identify consent` run as root). Denied or pending there
+    /// wins over any user's own record and over an application's own consent.
+    package static let systemDirectory = "/etc/fingerly"
+    package static var systemPath: String { systemDirectory + "/" + fileName }
 }

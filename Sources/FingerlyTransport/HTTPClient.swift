@@ -79,8 +79,10 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
 
     package var isRetryable: Bool {
         switch self {
-        case .network, .timedOut: return true
-        case .tlsVerification, .pinMismatch, .responseTooLarge, .invalidRequest: return false
+        // An answer too large to read says nothing of whether the request was stored (a proxy's
+        // error page, a hostile network): sending again, under the same key, loses nothing.
+        case .network, .timedOut, .responseTooLarge: return true
+        case .tlsVerification, .pinMismatch, .invalidRequest: return false
         }
     }
 

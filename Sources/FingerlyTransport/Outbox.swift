@@ -175,10 +175,11 @@ package final class Outbox: Sendable {
     /// Sends the queued requests, oldest first, under the outbox lock, so that two flushes at
     /// once, in threads or processes, never send one item twice: the second returns at once with
     /// `busy` set (the first is already sending what is queued). Items of another organization
-    /// than `organization` (when given) stay. `send` is called once per item; see `SendVerdict`.
-    package func flush(organization: String? = nil, send: (OutgoingRequest) -> SendVerdict) -> FlushSummary {
+    /// than `organization`, or for another destination than `destination` (when given), stay.
+    /// `send` is called once per item; see `SendVerdict`.
+    package func flush(organization: String? = nil, destination: String? = nil, send: (OutgoingRequest) -> SendVerdict) -> FlushSummary {
         do {
-            if let summary = try store.withLock(wait: false, { store.flush(organization: organization, send: send) }) {
+            if let summary = try store.withLock(wait: false, { store.flush(organization: organization, destination: destination, send: send) }) {
                 return summary
             }
             var summary = FlushSummary()
@@ -200,6 +201,11 @@ package final class Outbox: Sendable {
         try store.withLock(wait: true) { () throws(OutboxError) in try store.purge() } ?? 0
     }
 
+    /// `purge` unless a flush holds the lock: nil then, and nothing was removed.
+    package func purgeUnlessBusy() throws(OutboxError) -> Int? {
+        try store.withLock(wait: false) { () throws(OutboxError) in try store.purge() }
+    }
+
     /// The drop counters as persisted.
     package func dropCounts() -> OutboxDropCounts { store.readDropCounts() }
 }
@@ -216,7 +222,7 @@ private struct OutboxStore: Sendable {
 
     // MARK: Under the lock
 
-    func flush(organization: String?, send: (OutgoingRequest) -> SendVerdict) -> FlushSummary {
+    func flush(organization: String?, destination: String?, send: (OutgoingRequest) -> SendVerdict) -> FlushSummary {
         var summary = FlushSummary()
         let (upkeep, entries) = maintain()
         summary.dropped = upkeep.dropped.total
@@ -237,6 +243,7 @@ private struct OutboxStore: Sendable {
                 drops.unreadable += 1
                 continue
             }
+            guard destination == nil || request.destination == destination else { continue }
             switch send(request) {
             case .delivered:
                 do {

@@ -2,26 +2,28 @@ import CCrypto
 
 /// One queued request as a file. Every integer big-endian:
 ///
-///     16  magic and version: "fingerly-outbox" then 0x01
+///     16  magic and version: "fingerly-outbox" then 0x02
 ///      8  createdAt, signed seconds since the epoch
 ///      4  attempts, unsigned
 ///      2  key length (1…256), then the key: printable ASCII
 ///      2  organization length (0…256), then the organization: printable ASCII
+///      2  destination length (0…2048), then the URL it is for: printable ASCII
 ///      4  body length (0…1 MiB), then the body
 ///     32  SHA-256 of every byte before it
 ///
 /// and nothing after. The digest is a check against truncation and bit rot, not a seal: anyone
 /// who may write the outbox may write a valid item, which is why the directory is this user's.
 package enum OutboxItemFormat {
-    package static let magic: [UInt8] = Array("fingerly-outbox".utf8) + [1]
+    package static let magic: [UInt8] = Array("fingerly-outbox".utf8) + [2]
     package static let maxKeyBytes = 256
     package static let maxOrganizationBytes = 256
+    package static let maxDestinationBytes = 2048
     /// The wire contract's body cap.
     package static let maxBodyBytes = 1 << 20
     static let digestBytes = 32
-    static let fixedBytes = 16 + 8 + 4 + 2 + 2 + 4 + digestBytes
+    static let fixedBytes = 16 + 8 + 4 + 2 + 2 + 2 + 4 + digestBytes
     /// No valid item is larger: a file beyond it is refused without being read.
-    package static let maxEncodedBytes = fixedBytes + maxKeyBytes + maxOrganizationBytes + maxBodyBytes
+    package static let maxEncodedBytes = fixedBytes + maxKeyBytes + maxOrganizationBytes + maxDestinationBytes + maxBodyBytes
 
     package enum Problem: Error, Sendable, Hashable, CustomStringConvertible {
         case truncated
@@ -30,6 +32,7 @@ package enum OutboxItemFormat {
         case unsupportedVersion(UInt8)
         case keyInvalid
         case organizationInvalid
+        case destinationInvalid
         case bodyTooLarge(Int)
         case negativeAttempts
         case digestMismatch
@@ -42,6 +45,7 @@ package enum OutboxItemFormat {
             case .unsupportedVersion(let version): return "unsupported version \(version)"
             case .keyInvalid: return "the idempotency key is empty, too long or not printable ASCII"
             case .organizationInvalid: return "the organization is too long or not printable ASCII"
+            case .destinationInvalid: return "the destination is too long or not printable ASCII"
             case .bodyTooLarge(let count): return "a body of \(count) bytes, over the cap of \(maxBodyBytes)"
             case .negativeAttempts: return "negative attempts"
             case .digestMismatch: return "the digest does not match"
@@ -54,16 +58,20 @@ package enum OutboxItemFormat {
         let organization = Array(request.organization.utf8)
         guard !key.isEmpty, key.count <= maxKeyBytes, key.allSatisfy(isPrintable) else { throw .keyInvalid }
         guard organization.count <= maxOrganizationBytes, organization.allSatisfy(isPrintable) else { throw .organizationInvalid }
+        let destination = Array(request.destination.utf8)
+        guard destination.count <= maxDestinationBytes, destination.allSatisfy(isPrintable) else { throw .destinationInvalid }
         guard request.body.count <= maxBodyBytes else { throw .bodyTooLarge(request.body.count) }
         guard request.attempts >= 0 else { throw .negativeAttempts }
         var bytes = magic
-        bytes.reserveCapacity(fixedBytes + key.count + organization.count + request.body.count)
+        bytes.reserveCapacity(fixedBytes + key.count + organization.count + destination.count + request.body.count)
         append(UInt64(bitPattern: request.createdAt), width: 8, to: &bytes)
         append(UInt64(min(request.attempts, Int(UInt32.max))), width: 4, to: &bytes)
         append(UInt64(key.count), width: 2, to: &bytes)
         bytes += key
         append(UInt64(organization.count), width: 2, to: &bytes)
         bytes += organization
+        append(UInt64(destination.count), width: 2, to: &bytes)
+        bytes += destination
         append(UInt64(request.body.count), width: 4, to: &bytes)
         bytes += request.body
         bytes += sha256(bytes[...])
@@ -83,6 +91,10 @@ package enum OutboxItemFormat {
         guard organizationLength <= UInt64(maxOrganizationBytes) else { throw .organizationInvalid }
         guard let organization = reader.take(Int(organizationLength)) else { throw .truncated }
         guard organization.allSatisfy(isPrintable) else { throw .organizationInvalid }
+        guard let destinationLength = reader.integer(2) else { throw .truncated }
+        guard destinationLength <= UInt64(maxDestinationBytes) else { throw .destinationInvalid }
+        guard let destination = reader.take(Int(destinationLength)) else { throw .truncated }
+        guard destination.allSatisfy(isPrintable) else { throw .destinationInvalid }
         guard let bodyLength = reader.integer(4) else { throw .truncated }
         guard bodyLength <= UInt64(maxBodyBytes) else { throw .bodyTooLarge(Int(bodyLength)) }
         guard let body = reader.take(Int(bodyLength)) else { throw .truncated }
@@ -93,6 +105,7 @@ package enum OutboxItemFormat {
         return OutgoingRequest(idempotencyKey: String(decoding: key, as: UTF8.self),
                                createdAt: Int64(bitPattern: createdAt),
                                organization: String(decoding: organization, as: UTF8.self),
+                               destination: String(decoding: destination, as: UTF8.self),
                                body: Array(body), attempts: Int(attempts))
     }
 

@@ -55,6 +55,7 @@ private func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600) thro
         #expect(decoded == original)
         let largest = OutgoingRequest(idempotencyKey: String(repeating: "k", count: 256), createdAt: .min,
                                       organization: String(repeating: "o", count: 256),
+                                      destination: String(repeating: "d", count: OutboxItemFormat.maxDestinationBytes),
                                       body: Array(repeating: 1, count: OutboxItemFormat.maxBodyBytes), attempts: Int(UInt32.max))
         let encoded = try OutboxItemFormat.encode(largest)
         #expect(encoded.count == OutboxItemFormat.maxEncodedBytes)
@@ -84,8 +85,8 @@ private func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600) thro
         #expect(throws: OutboxItemFormat.Problem.bodyTooLarge(Int(UInt32.max))) { try OutboxItemFormat.decode(encoded) }
         #expect(throws: OutboxItemFormat.Problem.notAnItem) { try OutboxItemFormat.decode(Array("{\"json\":true}".utf8)) }
         var newer = try OutboxItemFormat.encode(request())
-        newer[15] = 2
-        #expect(throws: OutboxItemFormat.Problem.unsupportedVersion(2)) { try OutboxItemFormat.decode(newer) }
+        newer[15] = 3
+        #expect(throws: OutboxItemFormat.Problem.unsupportedVersion(3)) { try OutboxItemFormat.decode(newer) }
     }
 
     @Test func requestsTheFormatCannotCarryAreRefusedAtEnqueue() throws {
