@@ -51,11 +51,7 @@ extension Fingerly {
     /// The administrator's consent for the whole host (`/etc/fingerly/consent`), nil when none
     /// is recorded; an error when a record is there but cannot be trusted.
     package static func systemConsent() -> Result<ConsentState?, StateError> {
-        switch ConsentRecord.read(stateDirectory: ConsentRecord.systemDirectory) {
-        case .absent: return .success(nil)
-        case .recorded(let value): return .success(ConsentState(rawValue: value.rawValue))
-        case .invalid(let why): return .failure(StateError(description: why))
-        }
+        persistedConsent(stateDirectory: ConsentRecord.systemDirectory)
     }
 
     /// Records the host-wide consent: root's `consent` command with root's default state
