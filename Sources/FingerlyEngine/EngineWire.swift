@@ -90,6 +90,8 @@ enum EngineWire {
         switch error {
         case .dataCorrupted(let context) where context.codingPath.isEmpty:
             return "The body is not valid JSON."
+        case _ where field.isEmpty:
+            return "The body must be a JSON object with the members client and report."
         case .keyNotFound:
             return "Field '\(field)' is missing."
         case .typeMismatch(let type, _):
