@@ -72,6 +72,14 @@ struct EngineUnderTest {
     }
 }
 
+/// What several threads hand back.
+final class Gathered<Item>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [Item] = []
+    func append(_ item: Item) { lock.withLock { stored.append(item) } }
+    var items: [Item] { lock.withLock { stored } }
+}
+
 extension EngineAnswer {
     func identifyAnswer() throws -> IdentifyAnswer {
         try #require(status == 200, "status \(status): \(String(decoding: body, as: UTF8.self))")
@@ -376,6 +384,34 @@ extension EngineAnswer {
         #expect(try under.identify(body, deviceKey: "key-b", verified: true).identifyAnswer().triggers?.isEmpty == true)
         let stored = try under.store.transaction { (tx) throws(StoreError) -> VisitorRecord? in try tx.visitor(id: first.visitorId, organization: F.organization) }
         #expect(Set(stored?.deviceKeys ?? []) == ["key-a", "key-b"])
+    }
+
+    @Test func concurrentAttemptsStoreOneEventAndOneVisitor() throws {
+        let under = try EngineUnderTest("concurrent")
+        let body = try F.body(F.report(F.host()))
+        // One key from eight threads at once: one is processed, the rest wait (409) or replay.
+        let answers = Gathered<EngineAnswer>()
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            let answer = under.identify(body, key: "same")
+            answers.append(answer)
+        }
+        let sameKey = answers.items
+        #expect(sameKey.allSatisfy { $0.status == 200 || $0.status == 409 })
+        let fresh = try sameKey.filter { $0.status == 200 }.map { try $0.identifyAnswer() }.filter { !$0.duplicate }
+        #expect(fresh.count == 1)
+        #expect(try under.eventCount() == 1)
+
+        // Eight keys for one new host at once: the first makes the visitor, the others find it.
+        let visitors = Gathered<String>()
+        DispatchQueue.concurrentPerform(iterations: 8) { index in
+            let answer = under.identify(try! F.body(F.report(F.host(machineId: "shared-new-host"))), key: "k\(index)")
+            if let decoded = try? JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(answer.body)) {
+                visitors.append(decoded.visitorId)
+            }
+        }
+        let ids = visitors.items
+        #expect(ids.count == 8 && Set(ids).count == 1)
+        #expect(try under.eventCount() == 9)
     }
 
     @Test func throughputOnSQLite() throws {
