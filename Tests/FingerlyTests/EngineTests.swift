@@ -309,6 +309,13 @@ extension EngineAnswer {
             #expect(error.error.message.utf8.count <= 512)
             #expect(try under.idempotency("k\(index)") == nil)
         }
+        // Bytes no JSON reader should choke on: invalid UTF-8, deep nesting, a huge number.
+        let hostile: [[UInt8]] = [[0x7B, 0xFF, 0x7D], Array(repeating: UInt8(ascii: "["), count: 100_000), [],
+                                  Array(valid.replacingOccurrences(of: #""budgetMs":1200"#, with: #""budgetMs":1e400"#).utf8)]
+        for (index, body) in hostile.enumerated() {
+            let answer = under.identify(body, key: "h\(index)")
+            #expect(answer.status == 400 && answer.code == "bad_request")
+        }
         #expect(try under.eventCount() == 0)
         // The key is free: a good body under it is processed, not refused as a reuse.
         #expect(try under.identify(Array(valid.utf8), key: "k0").identifyAnswer().visitorIsNew)
