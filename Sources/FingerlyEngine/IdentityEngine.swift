@@ -105,6 +105,8 @@ package final class IdentityEngine: Sendable {
     package static let idempotencyRetentionSeconds: Int64 = 86_400
     /// Longest idempotency key accepted; the client's are 36-byte UUIDs.
     package static let idempotencyKeyByteLimit = 255
+    /// Longest device keyid kept; RFC 9421 keyids of the wire contract are 64 hex digits.
+    package static let deviceKeyIDByteLimit = 128
     /// Longest requestId looked up; minted ones are 30 bytes.
     package static let requestIdByteLimit = 128
 
@@ -138,13 +140,16 @@ package final class IdentityEngine: Sendable {
         } catch {
             return .storeFailure(error)
         }
-        guard case .proceed(let createdAt) = begun else {
-            if case .answer(let answer) = begun { return answer }
-            return .error(500, "internal", "The server failed.")
+        let createdAt: Int64
+        switch begun {
+        case .answer(let answer): return answer
+        case .proceed(let created): createdAt = created
         }
 
+        // Only a verified keyid is the sender's; an unverified one is whatever it wrote.
+        let verifiedKeyID = signatureVerified ? deviceKeyID.flatMap { $0.isEmpty || $0.utf8.count > Self.deviceKeyIDByteLimit ? nil : $0 } : nil
         let answer = process(organization: organization, key: idempotencyKey, body: body, bodyHash: bodyHash, createdAt: createdAt,
-                             deviceKeyID: signatureVerified ? deviceKeyID : nil, signatureVerified: signatureVerified, now: now)
+                             deviceKeyID: verifiedKeyID, signatureVerified: signatureVerified, now: now)
         if answer.status != 200 { release(organization: organization, key: idempotencyKey) }
         return answer
     }
