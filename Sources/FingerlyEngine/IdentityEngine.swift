@@ -247,7 +247,10 @@ package final class IdentityEngine: Sendable {
                 }
                 var holders: [VisitorRecord] = []
                 if let instanceId = observed.instanceId {
-                    holders = try tx.visitors(instanceId: instanceId, organization: organization)
+                    // A farm may hold thousands of clones of one instanceId: the store puts this
+                    // hardware's visitor first, so the limit never hides it.
+                    holders = try tx.visitors(instanceId: instanceId, organization: organization,
+                                              preferringHardwareId: observed.hardwareId, limit: ResolutionThresholds.candidateLimit)
                 }
                 var candidates: [VisitorRecord] = []
                 let strongHashes = observed.strongHashes

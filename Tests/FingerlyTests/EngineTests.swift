@@ -421,6 +421,21 @@ extension EngineAnswer {
         #expect(try under.eventCount() == 9)
     }
 
+    @Test func anOriginalAmongMoreClonesThanTheLookupLimitKeepsItsVisitor() throws {
+        let under = try EngineUnderTest("farm")
+        let original = try under.identify(try F.body(F.report(F.host()))).identifyAnswer()
+        let clones = ResolutionThresholds.candidateLimit + 6
+        for index in 0..<clones {
+            let clone = try under.identify(try F.body(F.report(F.host(uuid: "u\(index)", disk: "d\(index)", nic: "n\(index)"))),
+                                           now: F.now + Int64(index) + 1).identifyAnswer()
+            #expect(clone.visitorIsNew && clone.triggers?.contains { $0.signal == "duplicated_machine_identity" } == true)
+        }
+        // Every clone was seen after the original, yet the original's hardware finds its own visitor.
+        let back = try under.identify(try F.body(F.report(F.host())), now: F.now + 1000).identifyAnswer()
+        #expect(back.visitorId == original.visitorId && !back.visitorIsNew && back.visitorConfidence == 98)
+        #expect(back.triggers?.contains { $0.signal == "duplicated_machine_identity" } == true)
+    }
+
     @Test func throughputOnSQLite() throws {
         let under = try EngineUnderTest("throughput")
         // Realistic bodies: many distinct hosts of one model, unique keys.
@@ -439,7 +454,12 @@ extension EngineAnswer {
         let end = Date()
         let newRate = Double(bodies.count) / again.timeIntervalSince(start)
         let knownRate = Double(bodies.count) / end.timeIntervalSince(again)
-        print("engine identify on SQLite (debug build, \(bodies[0].count)-byte bodies): \(Int(newRate))/s new visitors, \(Int(knownRate))/s known visitors")
+        #if DEBUG
+        let build = "debug"
+        #else
+        let build = "release"
+        #endif
+        print("engine identify on SQLite (\(build) build, \(bodies[0].count)-byte bodies): \(Int(newRate))/s new visitors, \(Int(knownRate))/s known visitors")
         #expect(try under.eventCount() == 2 * bodies.count)
     }
 }
