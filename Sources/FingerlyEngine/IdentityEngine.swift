@@ -1,5 +1,7 @@
+import FoundationEssentials
 import FingerlyModel
 import FingerlyPolicy
+import FingerlyProbes
 import FingerlyStore
 
 /// An answer of the engine: an HTTP status and its JSON body (an `IdentifyAnswer`, an event,
@@ -17,25 +19,315 @@ package struct EngineAnswer: Sendable, Hashable {
     }
 }
 
-/// Resolution, idempotency and scoring over a store (server.md). SKELETON: the engine work
-/// replaces the bodies.
+/// One visitor of the local listing (`fingerly-identify visitors`).
+package struct VisitorSummary: Codable, Sendable, Hashable {
+    package let visitorId: String
+    package let firstSeen: Date
+    package let lastSeen: Date
+    package let instanceId: String?
+    package let hardwareId: String?
+    package let identifiable: Bool
+    package let components: Int
+    package let deviceKeys: Int
+}
+
+/// What `GET /v1/events/{requestId}` answers (docs/api.md): the identify answer as first
+/// stored, when it arrived, the report's tag, the signature facts and the report as sent.
+package struct StoredEvent: Codable, Sendable {
+    package struct Signature: Codable, Sendable, Hashable {
+        package let verified: Bool
+        /// The verified `keyid`; null when there was none or it did not verify.
+        package let keyId: String?
+    }
+    package let requestId: String
+    package let receivedAt: Date
+    package let visitorId: String
+    package let visitorIsNew: Bool
+    package let visitorConfidence: Int
+    package let identifiable: Bool
+    package let duplicate: Bool
+    package let suspectScore: Int?
+    package let suspectLevel: SuspectLevel?
+    package let triggers: [IdentifyTrigger]
+    package let verdicts: Verdicts
+    package let policy: String?
+    package let tag: String?
+    package let signature: Signature
+    package let report: SignalReport
+}
+
+/// The event without its report: encoded, then the report's bytes as the client sent them are
+/// spliced in. Nulls are written, not left out, as docs/api.md lists them as "or null".
+private struct EventHeader: Encodable {
+    let answer: IdentifyAnswer
+    let receivedAt: Date
+    let tag: String?
+    let signature: StoredEvent.Signature
+
+    private enum Keys: String, CodingKey {
+        case requestId, receivedAt, visitorId, visitorIsNew, visitorConfidence, identifiable, duplicate, suspectScore,
+             suspectLevel, triggers, verdicts, policy, tag, signature, verified, keyId
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encode(answer.requestId, forKey: .requestId)
+        try container.encode(receivedAt, forKey: .receivedAt)
+        try container.encode(answer.visitorId, forKey: .visitorId)
+        try container.encode(answer.visitorIsNew, forKey: .visitorIsNew)
+        try container.encode(answer.visitorConfidence, forKey: .visitorConfidence)
+        try container.encode(answer.identifiable, forKey: .identifiable)
+        try container.encode(false, forKey: .duplicate)
+        try container.encode(answer.suspectScore, forKey: .suspectScore)
+        try container.encode(answer.suspectLevel, forKey: .suspectLevel)
+        try container.encode(answer.triggers ?? [], forKey: .triggers)
+        try container.encode(answer.verdicts, forKey: .verdicts)
+        try container.encode(answer.policy, forKey: .policy)
+        try container.encode(tag, forKey: .tag)
+        var signatureContainer = container.nestedContainer(keyedBy: Keys.self, forKey: .signature)
+        try signatureContainer.encode(signature.verified, forKey: .verified)
+        try signatureContainer.encode(signature.keyId, forKey: .keyId)
+    }
+}
+
+/// Resolution, idempotency and scoring over a store (server.md), shared by `fingerly-server`
+/// and the local mode. Every piece of state is in the store, so several processes may share it.
+/// `now` is Unix time in seconds.
 package final class IdentityEngine: Sendable {
     package let store: any IdentityStore
     package let policy: Policy
+    private let verdictEngine: VerdictEngine
+
+    /// An in-flight marker younger than this answers 409; an older one belongs to an attempt
+    /// that died (a killed process), and the next attempt takes it over.
+    package static let inFlightTakeoverSeconds: Int64 = 30
+    /// How long an idempotency key is remembered (docs/api.md: 24 hours).
+    package static let idempotencyRetentionSeconds: Int64 = 86_400
+    /// Longest idempotency key accepted; the client's are 36-byte UUIDs.
+    package static let idempotencyKeyByteLimit = 255
+    /// Longest device keyid kept; RFC 9421 keyids of the wire contract are 64 hex digits.
+    package static let deviceKeyIDByteLimit = 128
+    /// Longest requestId looked up; minted ones are 30 bytes.
+    package static let requestIdByteLimit = 128
 
     package init(store: any IdentityStore, policy: Policy) {
         self.store = store
         self.policy = policy
+        verdictEngine = VerdictEngine(policy: policy, catalogue: .embedded)
+    }
+
+    private enum Step {
+        case answer(EngineAnswer)
+        /// Go on; `createdAt` of the idempotency record this attempt holds.
+        case proceed(createdAt: Int64)
     }
 
     /// `POST /v1/identify` for an authenticated organization.
     package func identify(organization: String, idempotencyKey: String, body: [UInt8], deviceKeyID: String?,
                           signatureVerified: Bool, now: Int64) -> EngineAnswer {
-        EngineAnswer(status: 501, body: Array(#"{"error":{"code":"not_implemented","message":"engine not built yet"}}"#.utf8), code: "not_implemented")
+        guard !idempotencyKey.isEmpty, idempotencyKey.utf8.count <= Self.idempotencyKeyByteLimit else {
+            return .badRequest("The Idempotency-Key is empty or longer than \(Self.idempotencyKeyByteLimit) bytes.")
+        }
+        let bodyHash = EngineWire.sha256(body)
+
+        // 1. The in-flight marker commits on its own, before any work: a second attempt with
+        // the same key sees it from any process.
+        let begun: Step
+        do {
+            begun = try store.transaction { (tx) throws(StoreError) -> Step in
+                try self.begin(tx, organization: organization, key: idempotencyKey, bodyHash: bodyHash, now: now)
+            }
+        } catch {
+            return .storeFailure(error)
+        }
+        let createdAt: Int64
+        switch begun {
+        case .answer(let answer): return answer
+        case .proceed(let created): createdAt = created
+        }
+
+        // Only a verified keyid is the sender's; an unverified one is whatever it wrote.
+        let verifiedKeyID = signatureVerified ? deviceKeyID.flatMap { $0.isEmpty || $0.utf8.count > Self.deviceKeyIDByteLimit ? nil : $0 } : nil
+        let answer = process(organization: organization, key: idempotencyKey, body: body, bodyHash: bodyHash, createdAt: createdAt,
+                             deviceKeyID: verifiedKeyID, signatureVerified: signatureVerified, now: now)
+        if answer.status != 200 { release(organization: organization, key: idempotencyKey) }
+        return answer
     }
 
-    /// `GET /v1/events/{requestId}` for an authenticated organization.
+    private func begin(_ tx: any StoreTransaction, organization: String, key: String, bodyHash: [UInt8], now: Int64) throws(StoreError) -> Step {
+        if let record = try tx.idempotency(organization: organization, key: key),
+           !Self.expired(record.createdAt, now: now) {
+            guard record.bodyHash == bodyHash else { return .answer(.keyReused) }
+            switch record.state {
+            case .complete:
+                return .answer(replay(record))
+            case .inFlight:
+                let age = now.subtractingReportingOverflow(record.updatedAt)
+                if !age.overflow, age.partialValue < Self.inFlightTakeoverSeconds { return .answer(.inProgress) }
+                var taken = record
+                taken.updatedAt = now
+                try tx.putIdempotency(taken)
+                return .proceed(createdAt: record.createdAt)
+            }
+        }
+        try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: bodyHash, state: .inFlight,
+                                                response: nil, status: nil, createdAt: now, updatedAt: now))
+        return .proceed(createdAt: now)
+    }
+
+    private static func expired(_ createdAt: Int64, now: Int64) -> Bool {
+        let age = now.subtractingReportingOverflow(createdAt)
+        return !age.overflow && age.partialValue >= idempotencyRetentionSeconds
+    }
+
+    /// The stored answer again, identical but for `duplicate: true`.
+    private func replay(_ record: IdempotencyRecord) -> EngineAnswer {
+        guard let stored = record.response,
+              var answer = try? JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(stored)) else {
+            return .error(500, "internal", "The stored answer for this idempotency key is unreadable.")
+        }
+        answer.duplicate = true
+        guard let bytes = try? JSONEncoder.fingerly.encode(answer) else {
+            return .error(500, "internal", "The stored answer could not be encoded.")
+        }
+        return EngineAnswer(status: 200, body: Array(bytes), code: nil)
+    }
+
+    /// Drops this attempt's in-flight marker after a failure, so a retry runs as the first
+    /// (docs/api.md: a failed attempt leaves nothing behind). A completed record is kept. When
+    /// even this fails, the marker ages into a takeover after `inFlightTakeoverSeconds`.
+    private func release(organization: String, key: String) {
+        _ = try? store.transaction { (tx) throws(StoreError) -> Void in
+            if let record = try tx.idempotency(organization: organization, key: key), record.state == .inFlight {
+                try tx.deleteIdempotency(organization: organization, key: key)
+            }
+        }
+    }
+
+    private func process(organization: String, key: String, body: [UInt8], bodyHash: [UInt8], createdAt: Int64,
+                         deviceKeyID: String?, signatureVerified: Bool, now: Int64) -> EngineAnswer {
+        // 2. The body.
+        let submission: SubmissionBody
+        do {
+            submission = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(body))
+        } catch let error as DecodingError {
+            return .badRequest(EngineWire.decodingMessage(error))
+        } catch {
+            return .badRequest("The body is not a valid submission.")
+        }
+        let report = submission.report
+        guard report.schemaVersion == SignalReport.currentSchemaVersion else {
+            return .badRequest("Field 'report.schemaVersion' is \(report.schemaVersion); this server reads \(SignalReport.currentSchemaVersion).")
+        }
+
+        // 3. Judged here from the signals, whatever verdicts a client may claim.
+        let verdicts = Verdicts(verdictEngine.evaluate(report))
+        let assessment = policy.suspect?.assess(verdicts)
+        let observed = ObservedIdentity(report: report)
+        let rawReport: [UInt8]
+        if let raw = EngineWire.rawReport(in: body) {
+            rawReport = Array(raw)
+        } else if let encoded = try? JSONEncoder.fingerly.encode(report) {
+            rawReport = Array(encoded)
+        } else {
+            return .error(500, "internal", "The report could not be encoded.")
+        }
+        let requestId = EngineWire.mintId(prefix: "req_")
+
+        // 4–5. Resolution reads and the writes share one transaction: two first reports of one
+        // host cannot both make a visitor, and the event, the visitor and the completed key
+        // land together or not at all.
+        do {
+            return try store.transaction { (tx) throws(StoreError) -> EngineAnswer in
+                // Another attempt with this key (one that took over a stale marker) may have
+                // finished meanwhile: its answer stands, nothing is stored twice.
+                if let record = try tx.idempotency(organization: organization, key: key), record.state == .complete,
+                   record.bodyHash == bodyHash, !Self.expired(record.createdAt, now: now) {
+                    return self.replay(record)
+                }
+                var holders: [VisitorRecord] = []
+                if let instanceId = observed.instanceId {
+                    // A farm may hold thousands of clones of one instanceId: the store puts this
+                    // hardware's visitor first, so the limit never hides it.
+                    holders = try tx.visitors(instanceId: instanceId, organization: organization,
+                                              preferringHardwareId: observed.hardwareId, limit: ResolutionThresholds.candidateLimit)
+                }
+                var candidates: [VisitorRecord] = []
+                let strongHashes = observed.strongHashes
+                if holders.isEmpty, !strongHashes.isEmpty {
+                    candidates = try tx.visitors(sharingAnyOf: strongHashes, organization: organization,
+                                                 limit: ResolutionThresholds.candidateLimit)
+                }
+                let resolution = resolveVisitor(observed, instanceHolders: holders, candidates: candidates)
+                var findings = resolution.findings
+                if let finding = deviceKeyFinding(visitor: resolution.matched, verifiedKeyID: deviceKeyID) { findings.append(finding) }
+
+                var score: Int?, level: SuspectLevel?, triggers: [IdentifyTrigger]?
+                if let assessment, let scoring = policy.suspect {
+                    let scored = addingFindings(findings, to: assessment, scoring: scoring)
+                    (score, level, triggers) = (scored.score, scored.level, scored.triggers)
+                }
+
+                let visitor: VisitorRecord
+                if let matched = resolution.matched {
+                    visitor = updatedVisitor(matched, with: observed, verifiedKeyID: deviceKeyID, now: now)
+                } else {
+                    visitor = VisitorRecord(id: EngineWire.mintId(prefix: "vis_"), organization: organization,
+                                            instanceId: observed.instanceId, hardwareId: observed.hardwareId,
+                                            firstSeen: now, lastSeen: now, components: observed.components,
+                                            deviceKeys: deviceKeyID.map { [$0] } ?? [])
+                }
+                try tx.putVisitor(visitor)
+
+                let answer = IdentifyAnswer(requestId: requestId, visitorId: visitor.id, visitorIsNew: resolution.matched == nil,
+                                            visitorConfidence: resolution.confidence, identifiable: resolution.identifiable,
+                                            duplicate: false, suspectScore: score, suspectLevel: level, triggers: triggers,
+                                            verdicts: verdicts, policy: policy.name)
+                let header = EventHeader(answer: answer, receivedAt: EngineWire.timestamp(now), tag: report.tag,
+                                         signature: StoredEvent.Signature(verified: signatureVerified, keyId: deviceKeyID))
+                guard let answerBytes = try? Array(JSONEncoder.fingerly.encode(answer)),
+                      var document = try? Array(JSONEncoder.fingerly.encode(header)), document.last == UInt8(ascii: "}") else {
+                    throw StoreError("the answer could not be encoded")
+                }
+                document.removeLast()
+                document += Array(#","report":"#.utf8) + rawReport + [UInt8(ascii: "}")]
+                try tx.insertEvent(EventRecord(requestId: requestId, organization: organization, visitorId: visitor.id,
+                                               receivedAt: now, document: document))
+                try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: bodyHash, state: .complete,
+                                                        response: answerBytes, status: 200, createdAt: createdAt, updatedAt: now))
+                return EngineAnswer(status: 200, body: answerBytes, code: nil)
+            }
+        } catch {
+            return .storeFailure(error)
+        }
+    }
+
+    /// `GET /v1/events/{requestId}` for an authenticated organization. Another organization's
+    /// requestId is 404, exactly as an unknown one.
     package func event(requestId: String, organization: String) -> EngineAnswer {
-        EngineAnswer(status: 501, body: Array(#"{"error":{"code":"not_implemented","message":"engine not built yet"}}"#.utf8), code: "not_implemented")
+        guard !requestId.isEmpty, requestId.utf8.count <= Self.requestIdByteLimit else { return .notFound }
+        do {
+            let record = try store.transaction { (tx) throws(StoreError) -> EventRecord? in
+                try tx.event(requestId: requestId, organization: organization)
+            }
+            guard let record, record.organization == organization else { return .notFound }
+            return EngineAnswer(status: 200, body: record.document, code: nil)
+        } catch {
+            return .storeFailure(error)
+        }
+    }
+
+    /// The organization's visitors, for the local listing.
+    package func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorSummary] {
+        let records = try store.transaction { (tx) throws(StoreError) -> [VisitorRecord] in
+            try tx.visitors(organization: organization, limit: max(0, limit))
+        }
+        return records.map { record in
+            let observed = ObservedIdentity(instanceId: record.instanceId, hardwareId: record.hardwareId, components: record.components)
+            return VisitorSummary(visitorId: record.id, firstSeen: EngineWire.timestamp(record.firstSeen),
+                                  lastSeen: EngineWire.timestamp(record.lastSeen), instanceId: record.instanceId,
+                                  hardwareId: record.hardwareId, identifiable: observed.identifiable,
+                                  components: record.components.count, deviceKeys: record.deviceKeys.count)
+        }
     }
 }

@@ -1,0 +1,191 @@
+import CCrypto
+import FoundationEssentials
+import FingerlyHost
+import FingerlyModel
+import FingerlyStore
+
+extension EngineAnswer {
+    /// An error answer in the wire contract's form (docs/api.md, Errors).
+    package static func error(_ status: Int, _ code: String, _ message: String) -> EngineAnswer {
+        let body = (try? JSONEncoder.fingerly.encode(WireError(code: code, message: BoundedText.bounded(message, limit: 512))))
+            .map(Array.init) ?? Array(#"{"error":{"code":"internal","message":"The error could not be encoded."}}"#.utf8)
+        return EngineAnswer(status: status, body: body, code: code)
+    }
+
+    static func badRequest(_ message: String) -> EngineAnswer { .error(400, "bad_request", message) }
+    static let notFound = EngineAnswer.error(404, "not_found", "No event with this requestId for this organization.")
+    static let inProgress = EngineAnswer.error(409, "request_in_progress", "A request with this idempotency key is still being processed.")
+    static let keyReused = EngineAnswer.error(422, "idempotency_key_reused", "This idempotency key was used with a different body.")
+
+    /// A store failure: 503 when the same call may succeed later, else 500. The store's own
+    /// message stays in the server's log, never in an answer.
+    static func storeFailure(_ error: StoreError) -> EngineAnswer {
+        error.isTransient ? .error(503, "unavailable", "The store is busy; retry later.")
+                          : .error(500, "internal", "The server failed to store the request.")
+    }
+}
+
+enum EngineWire {
+    /// SHA-256 of the body: what an idempotency record remembers it by.
+    static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+        var digest = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        let ok = bytes.withUnsafeBufferPointer { input in
+            digest.withUnsafeMutableBufferPointer { output in
+                EVP_Digest(input.baseAddress, input.count, output.baseAddress, &length, EVP_sha256(), nil)
+            }
+        }
+        precondition(ok == 1 && length == 32, "SHA-256 failed in libcrypto")
+        return digest
+    }
+
+    private static let crockford = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ".utf8)
+
+    /// A random, URL-safe id: the prefix and 128 bits in Crockford base32 (26 characters).
+    static func mintId(prefix: String) -> String {
+        let bytes = randomBytes(16)
+        var text = Array(prefix.utf8)
+        var buffer = 0, bits = 0
+        for byte in bytes {
+            buffer = (buffer << 8) | Int(byte)
+            bits += 8
+            while bits >= 5 {
+                bits -= 5
+                text.append(crockford[(buffer >> bits) & 31])
+            }
+            buffer &= (1 << bits) - 1
+        }
+        if bits > 0 { text.append(crockford[(buffer << (5 - bits)) & 31]) }
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// The failing field of a decoding error, as `report.probes[3].status`.
+    static func fieldPath(_ error: DecodingError) -> String {
+        let context: DecodingError.Context
+        var path: [any CodingKey]
+        switch error {
+        case .typeMismatch(_, let c), .valueNotFound(_, let c), .dataCorrupted(let c):
+            context = c
+            path = c.codingPath
+        case .keyNotFound(let key, let c):
+            context = c
+            path = c.codingPath + [key]
+        @unknown default:
+            return ""
+        }
+        _ = context
+        var text = ""
+        for key in path.prefix(32) {
+            if let index = key.intValue, key.stringValue.isEmpty || key.stringValue == "Index \(index)" {
+                text += "[\(index)]"
+            } else {
+                text += (text.isEmpty ? "" : ".") + BoundedText.bounded(key.stringValue, limit: 64)
+            }
+        }
+        return BoundedText.bounded(text, limit: 256)
+    }
+
+    static func decodingMessage(_ error: DecodingError) -> String {
+        let field = fieldPath(error)
+        switch error {
+        case .dataCorrupted(let context) where context.codingPath.isEmpty:
+            return "The body is not valid JSON."
+        case _ where field.isEmpty:
+            return "The body must be a JSON object with the members client and report."
+        case .keyNotFound:
+            return "Field '\(field)' is missing."
+        case .typeMismatch(let type, _):
+            return "Field '\(field)' has the wrong type (expected \(type))."
+        case .valueNotFound(let type, _):
+            return "Field '\(field)' is null (expected \(type))."
+        case .dataCorrupted(let context):
+            return "Field '\(field)' is invalid: \(BoundedText.bounded(context.debugDescription, limit: 160))"
+        @unknown default:
+            return "The body is not a valid submission."
+        }
+    }
+
+    /// The bytes of the body's top-level `report` value exactly as the client sent them, so
+    /// the stored event keeps members this server does not know. nil unless exactly one member
+    /// is spelt `"report"` without escapes; the caller then re-encodes the decoded report.
+    /// Only called on a body JSONDecoder accepted, so the scan can trust its syntax; it is
+    /// still bounded by the body and never recurses.
+    static func rawReport(in body: [UInt8]) -> ArraySlice<UInt8>? {
+        var index = 0
+        func skipWhitespace() {
+            while index < body.count, [0x20, 0x09, 0x0A, 0x0D].contains(body[index]) { index += 1 }
+        }
+        /// Skips a string starting at a quote; returns its raw content range.
+        func skipString() -> Range<Int>? {
+            guard index < body.count, body[index] == UInt8(ascii: "\"") else { return nil }
+            let start = index + 1
+            index += 1
+            while index < body.count {
+                switch body[index] {
+                case UInt8(ascii: "\\"): index += 2
+                case UInt8(ascii: "\""):
+                    index += 1
+                    return start..<(index - 1)
+                default: index += 1
+                }
+            }
+            return nil
+        }
+        /// Skips one value; returns its range.
+        func skipValue() -> Range<Int>? {
+            skipWhitespace()
+            let start = index
+            var depth = 0
+            while index < body.count {
+                switch body[index] {
+                case UInt8(ascii: "\""):
+                    guard skipString() != nil else { return nil }
+                    if depth == 0 { return start..<index }
+                    continue
+                case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
+                case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                    if depth == 0 { return start..<index }
+                    depth -= 1
+                    if depth == 0 { index += 1; return start..<index }
+                case UInt8(ascii: ","):
+                    if depth == 0 { return start..<index }
+                default: break
+                }
+                index += 1
+            }
+            return depth == 0 && index > start ? start..<index : nil
+        }
+        skipWhitespace()
+        guard index < body.count, body[index] == UInt8(ascii: "{") else { return nil }
+        index += 1
+        var found: Range<Int>?
+        var count = 0
+        while true {
+            skipWhitespace()
+            guard let key = skipString() else { return nil }
+            skipWhitespace()
+            guard index < body.count, body[index] == UInt8(ascii: ":") else { return nil }
+            index += 1
+            guard let value = skipValue() else { return nil }
+            if body[key].elementsEqual("report".utf8) {
+                found = value
+                count += 1
+            }
+            skipWhitespace()
+            guard index < body.count else { return nil }
+            if body[index] == UInt8(ascii: ",") { index += 1; continue }
+            guard body[index] == UInt8(ascii: "}") else { return nil }
+            break
+        }
+        guard count == 1, let found else { return nil }
+        // Trailing whitespace of a number or literal is not part of the value.
+        var end = found.upperBound
+        while end > found.lowerBound, [0x20, 0x09, 0x0A, 0x0D].contains(body[end - 1]) { end -= 1 }
+        return body[found.lowerBound..<end]
+    }
+
+    /// ISO 8601 in UTC, whole seconds, as the rest of the wire writes dates.
+    static func timestamp(_ seconds: Int64) -> Date {
+        Date(timeIntervalSince1970: Double(seconds))
+    }
+}
