@@ -16,6 +16,7 @@ package final class RunningServer: Sendable {
 
     package var port: UInt16 { http.port }
     package var metrics: ServerMetrics { routes.metrics }
+    package var requestsInFlight: Int { http.requestsInFlight }
 
     package init(configuration: ServerConfiguration, store: any IdentityStore, engine: IdentityEngine,
                  log: @escaping @Sendable (String) -> Void, clock: @escaping @Sendable () -> Int64 = { Int64(time(nil)) })
@@ -45,10 +46,10 @@ package final class RunningServer: Sendable {
         _ = startDetachedThread {
             var elapsed = 0
             while !retention.stopping.load(ordering: .acquiring) {
-                usleep(200_000)
+                usleep(50_000)
                 elapsed += 1
                 // Hourly; idempotency keys and rate counters age out on the same pass.
-                if elapsed % 18_000 == 0 { retention.purgeExpired(clock()) }
+                if elapsed % 72_000 == 0 { retention.purgeExpired(clock()) }
             }
             retention.maintenanceStopped.store(true, ordering: .releasing)
         }

@@ -146,7 +146,8 @@ package struct ServerConfiguration: Sendable, Hashable {
     package mutating func apply(file text: String, name: String) throws(ConfigurationError) -> Set<String> {
         var seen: Set<String> = []
         var lineNumber = 0
-        for rawLine in text.split(separator: "\n", omittingEmptySubsequences: false) {
+        // "\r\n" is one Character in Swift: it must end a line as "\n" does.
+        for rawLine in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
             lineNumber += 1
             let line = rawLine.trimmingSpaces
             if line.isEmpty || line.hasPrefix("#") { continue }
