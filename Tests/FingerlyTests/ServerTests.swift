@@ -397,3 +397,158 @@ struct ServerTests {
         #expect(ServerKey.constantTimeEqual([1, 2], [1, 2]) && !ServerKey.constantTimeEqual([1, 2], [1, 3]) && !ServerKey.constantTimeEqual([1], [1, 2]))
     }
 }
+
+/// `fingerly-server serve` as a real process on an ephemeral port, for what only a process
+/// shows: signals, the keys commands' exit codes, the real client talking to it.
+final class ServerProcess {
+    static let executable = TestPaths.packageRoot + "/.build/debug/fingerly-server"
+    let pid: pid_t
+    let port: UInt16
+    let standardError: Locked<String>
+    var client: RawClient { RawClient(port: port) }
+
+    init(database: String, arguments: [String] = []) throws {
+        var errPipe: [Int32] = [0, 0]
+        guard pipe(&errPipe) == 0 else { throw POSIXError(.EMFILE) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        posix_spawn_file_actions_addclose(&actions, errPipe[0])
+        posix_spawn_file_actions_addclose(&actions, errPipe[1])
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var emptyMask = sigset_t(), allSignals = sigset_t()
+        sigemptyset(&emptyMask)
+        sigfillset(&allSignals)
+        posix_spawnattr_setsigmask(&attributes, &emptyMask)
+        posix_spawnattr_setsigdefault(&attributes, &allSignals)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        let argv = ([Self.executable, "serve", "--listen", "127.0.0.1:0", "--db", database] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, Self.executable, &actions, &attributes, argv, environ)
+        close(errPipe[1])
+        guard spawned == 0 else { close(errPipe[0]); throw POSIXError(POSIXErrorCode(rawValue: spawned) ?? .ENOENT) }
+        self.pid = pid
+        let output = Locked("")
+        standardError = output
+        let descriptor = errPipe[0]
+        Thread {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = read(descriptor, &buffer, buffer.count)
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { break }
+                output.set(output.value + String(decoding: buffer[0..<count], as: UTF8.self))
+            }
+            close(descriptor)
+        }.start()
+        var found: UInt16?
+        for _ in 0..<3000 where found == nil {
+            if let line = output.value.split(separator: "\n").first(where: { $0.contains("listening on http://127.0.0.1:") }),
+               let port = UInt16(line.split(separator: ":").last ?? "") {
+                found = port
+            } else if waitpid(pid, nil, WNOHANG) == pid {
+                throw POSIXError(.ECHILD)
+            } else {
+                usleep(10_000)
+            }
+        }
+        port = try #require(found, "the server never said where it listens: \(output.value)")
+    }
+
+    /// Sends SIGTERM and returns the exit status.
+    func terminate() -> Int32 {
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+    }
+}
+
+func runServerCLI(_ arguments: [String]) throws -> ProcessOutput {
+    try runProcess(ServerProcess.executable, arguments)
+}
+
+/// `keys add`'s two lines.
+func addedKeys(_ output: ProcessOutput) throws -> (publicKey: String, secretKey: String) {
+    let lines = output.standardOutput.split(separator: "\n")
+    let publicKey = try #require(lines.first { $0.hasPrefix("public key: ") }?.dropFirst("public key: ".count))
+    let secretKey = try #require(lines.first { $0.hasPrefix("secret key: ") }?.dropFirst("secret key: ".count))
+    return (String(publicKey), String(secretKey))
+}
+
+@Suite(.serialized)
+struct ServerProcessTests {
+    @Test func keysCommandsRoundTrip() throws {
+        let database = try TestPaths.temporaryDirectory("server-keys") + "/db.sqlite"
+        let added = try runServerCLI(["keys", "add", "--org", "acme", "--region", "eu", "--db", database])
+        #expect(added.status == 0, "\(added.standardError)")
+        let (publicKey, secretKey) = try addedKeys(added)
+        guard case .success(let parsed) = APIKey.parse(publicKey) else { Issue.record("not a client key: \(publicKey)"); return }
+        #expect(parsed.organization == "acme" && parsed.environment == "production" && parsed.region == .eu)
+        #expect(secretKey.hasPrefix("fly_sk_eu_production_acme_"))
+
+        let listed = try runServerCLI(["keys", "list", "--db", database])
+        #expect(listed.status == 0)
+        #expect(listed.standardOutput.contains(publicKey))
+        #expect(listed.standardOutput.contains("\tactive\t"))
+        #expect(!listed.standardOutput.contains("fly_sk_"))
+
+        let server = try ServerProcess(database: database)
+        let headers = [("Authorization", "Bearer \(publicKey)"), ("Idempotency-Key", "\"k1\"")]
+        #expect(try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.body).status != 401)
+
+        #expect(try runServerCLI(["keys", "suspend", "--org", "acme", "--db", database]).status == 0)
+        #expect(try runServerCLI(["keys", "list", "--org", "acme", "--db", database]).standardOutput.contains("\tsuspended\t"))
+        #expect(try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.body).status == 402)
+        #expect(try runServerCLI(["keys", "resume", "--org", "acme", "--db", database]).status == 0)
+        #expect(try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.body).status != 402)
+        #expect(try runServerCLI(["keys", "revoke", "--key", publicKey, "--db", database]).status == 0)
+        #expect(try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.body).status == 401)
+        #expect(try runServerCLI(["keys", "list", "--db", database]).standardOutput.contains("\trevoked\t"))
+        #expect(server.terminate() == 0)
+        #expect(!server.standardError.value.contains("fly_"))
+
+        #expect(try runServerCLI(["keys", "suspend", "--org", "nobody", "--db", database]).status == 67)
+        #expect(try runServerCLI(["keys", "revoke", "--key", "fly_pk_eu_production_acme_" + String(repeating: "z", count: 20), "--db", database]).status == 67)
+        #expect(try runServerCLI(["keys", "add", "--org", "Not Valid", "--db", database]).status == 64)
+        #expect(try runServerCLI(["keys", "add", "--db", database]).status == 64)
+        #expect(try runServerCLI(["keys", "frobnicate"]).status == 64)
+        #expect(try runServerCLI(["serve", "--listen", "nowhere"]).status == 78)
+    }
+
+    @Test func sigtermLetsARequestInFlightFinish() throws {
+        let database = try TestPaths.temporaryDirectory("server-term") + "/db.sqlite"
+        let (publicKey, _) = try addedKeys(try runServerCLI(["keys", "add", "--org", "acme", "--db", database]))
+        let server = try ServerProcess(database: database)
+        let connection = try server.client.connect()
+        defer { close(connection) }
+        let body = ServerTests.body
+        let head = "POST /v1/identify HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: \(body.count)\r\n"
+            + "Authorization: Bearer \(publicKey)\r\nIdempotency-Key: \"term-1\"\r\n\r\n"
+        RawClient.write(connection, Array(head.utf8) + body.prefix(10))
+        // The head is in once the metrics count one request in flight.
+        var seen = false
+        for _ in 0..<2000 where !seen {
+            seen = (try? server.client.request("GET", "/metrics"))?.text.contains("fingerly_http_requests_in_flight 2") == true
+            if !seen { usleep(5000) }
+        }
+        #expect(seen)
+        kill(server.pid, SIGTERM)
+        var refused = false
+        for _ in 0..<1000 where !refused {
+            if (try? server.client.connect()).map({ close($0) }) == nil { refused = true } else { usleep(2000) }
+        }
+        #expect(refused)
+        RawClient.write(connection, Array(body.dropFirst(10)))
+        let answer = try RawClient.parse(RawClient.readAll(connection))
+        #expect(answer.status != 0 && answer.status != 503)
+        #expect(server.terminate() == 0)
+        #expect(server.standardError.value.contains("stopped"))
+    }
+}
