@@ -351,6 +351,24 @@ struct ServerTests {
         while !stopped.value { usleep(1000) }
     }
 
+    @Test func malformedRequestsGet4xxAndTheServerKeepsServing() throws {
+        let harness = try ServerHarness(clock: nil) { $0.headerMemoryLimit = 8192 }
+        let (publicKey, _) = try harness.keys()
+        let client = harness.client
+        // A head larger than the connection's memory: libmicrohttpd answers it itself.
+        let huge = try client.request("GET", "/healthz", headers: [("X-Padding", String(repeating: "p", count: 20_000))])
+        #expect((400..<500).contains(huge.status))
+        let garbage = try client.exchange(Array("\u{1}\u{2} nonsense\r\n\r\n".utf8))
+        #expect((400..<500).contains(garbage.status))
+        let twoKeys = try client.request("POST", "/v1/identify", headers: harness.identifyHeaders(publicKey) + [("Idempotency-Key", "\"b\"")],
+                                         body: Self.body)
+        #expect(twoKeys.status == 400)
+        let twoAuthorizations = try client.request("POST", "/v1/identify",
+                                                   headers: harness.identifyHeaders(publicKey) + [("Authorization", "Bearer \(publicKey)")], body: Self.body)
+        #expect(twoAuthorizations.errorCode == "invalid_key")
+        #expect(try client.request("GET", "/healthz").status == 200)
+    }
+
     @Test func configurationFileAndFlags() throws {
         var configuration = ServerConfiguration(database: "/x")
         let keys = try configuration.apply(file: "# comment\n\nlisten = [::1]:9000\nbody-limit=2048\r\nrequire-signatures = true\n", name: "c")
