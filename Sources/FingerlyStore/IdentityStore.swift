@@ -153,8 +153,12 @@ package protocol StoreTransaction {
 
     // Visitors
     func visitor(id: String, organization: String) throws(StoreError) -> VisitorRecord?
-    func visitors(instanceId: String, organization: String) throws(StoreError) -> [VisitorRecord]
-    /// Visitors of the organization holding any of these component hashes, at most `limit`.
+    /// Visitors of the organization with this instanceId, at most `limit`: the one whose hardwareId
+    /// equals `hardwareId` first, then those without a hardwareId, then the most recently seen.
+    /// Clones of one image share an instanceId, so a farm can hold thousands of them.
+    func visitors(instanceId: String, organization: String, preferringHardwareId hardwareId: String?, limit: Int) throws(StoreError) -> [VisitorRecord]
+    /// Visitors of the organization holding any of these component hashes, at most `limit`, those
+    /// sharing the most hashes first.
     func visitors(sharingAnyOf hashes: [String], organization: String, limit: Int) throws(StoreError) -> [VisitorRecord]
     /// Inserts or replaces the visitor, its components and device keys.
     func putVisitor(_ visitor: VisitorRecord) throws(StoreError)
@@ -173,9 +177,18 @@ package protocol StoreTransaction {
     func expireCounters(windowsBefore cutoff: Int64) throws(StoreError) -> Int
 }
 
+extension StoreTransaction {
+    /// Visitors with this instanceId, at most 64, most recently seen first.
+    package func visitors(instanceId: String, organization: String) throws(StoreError) -> [VisitorRecord] {
+        try visitors(instanceId: instanceId, organization: organization, preferringHardwareId: nil, limit: 64)
+    }
+}
+
 /// A database the engine and the server keep their state in: SQLite here, PostgreSQL next.
 package protocol IdentityStore: Sendable {
     /// Runs `body` in one transaction: all of its writes land, or none. Transient conflicts
-    /// (busy, serialization) are retried by the store a bounded number of times.
+    /// (busy, serialization) are retried by the store a bounded number of times, running `body`
+    /// again: it must have no effect outside the store. Other requests may wait while it runs, so
+    /// decoding, scoring and encoding belong outside it.
     func transaction<Result>(_ body: (any StoreTransaction) throws(StoreError) -> Result) throws(StoreError) -> Result
 }

@@ -1,0 +1,168 @@
+import CFingerlySQLite
+import CSQLite
+import Glibc
+
+/// A value bound to a statement parameter. Values only ever reach SQL through binds.
+enum SQLValue {
+    case integer(Int64)
+    case text(String)
+    case blob([UInt8])
+    case null
+
+    static func optionalText(_ text: String?) -> SQLValue { text.map(SQLValue.text) ?? .null }
+    static func optionalInteger(_ value: Int?) -> SQLValue { value.map { .integer(Int64($0)) } ?? .null }
+    static func optionalBlob(_ bytes: [UInt8]?) -> SQLValue { bytes.map(SQLValue.blob) ?? .null }
+}
+
+/// The current row of a stepping statement; valid only inside the row callback.
+struct SQLRow {
+    fileprivate let statement: OpaquePointer
+
+    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement, column) == SQLITE_NULL }
+
+    func integer(_ column: Int32) -> Int64 { sqlite3_column_int64(statement, column) }
+
+    func optionalInteger(_ column: Int32) -> Int64? { isNull(column) ? nil : integer(column) }
+
+    func text(_ column: Int32) -> String {
+        guard let start = sqlite3_column_text(statement, column) else { return "" }
+        let count = Int(sqlite3_column_bytes(statement, column))
+        return String(decoding: UnsafeBufferPointer(start: start, count: count), as: UTF8.self)
+    }
+
+    func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
+
+    func blob(_ column: Int32) -> [UInt8] {
+        // A zero-length blob comes back as a NULL pointer.
+        guard let start = sqlite3_column_blob(statement, column) else { return [] }
+        let count = Int(sqlite3_column_bytes(statement, column))
+        return Array(UnsafeRawBufferPointer(start: start, count: count))
+    }
+
+    func optionalBlob(_ column: Int32) -> [UInt8]? { isNull(column) ? nil : blob(column) }
+}
+
+/// One SQLite connection and its prepared statements. Not thread-safe: SQLiteStore reaches it
+/// under its lock only.
+final class SQLiteConnection {
+    private var database: OpaquePointer?
+    /// Keyed by SQL text. Every text is a constant of this module, so the cache stays as small
+    /// as the set of queries.
+    private var statements: [String: OpaquePointer] = [:]
+
+    init(path: String, busyTimeoutMilliseconds: Int32, checkpointOnClose: Bool) throws(StoreError) {
+        var handle: OpaquePointer?
+        // NOMUTEX: SQLiteStore serializes every use; NOFOLLOW: the database is never reached through a link.
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
+        let opened = sqlite3_open_v2(path, &handle, flags, nil)
+        guard opened == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            sqlite3_close_v2(handle)
+            throw StoreError("cannot open the database \(path): \(message)", isTransient: Self.isTransient(opened))
+        }
+        database = handle
+        sqlite3_extended_result_codes(handle, 1)
+        sqlite3_busy_timeout(handle, busyTimeoutMilliseconds)
+        if !checkpointOnClose { _ = fingerly_sqlite_set_checkpoint_on_close(handle, 0) }
+        do throws(StoreError) {
+            // WAL: readers never block the writer, and a commit is one append (no fsync under
+            // synchronous=NORMAL; a process crash loses nothing committed, a power cut may lose
+            // the last commits but never corrupts).
+            let mode = try query("PRAGMA journal_mode=WAL", []) { $0.text(0) }
+            guard mode.first?.lowercased() == "wal" else {
+                throw StoreError("the database \(path) refused WAL mode (\(mode.first ?? "no answer"))")
+            }
+            _ = try execute("PRAGMA synchronous=NORMAL", [])
+            _ = try execute("PRAGMA foreign_keys=ON", [])
+        } catch {
+            close()
+            throw error
+        }
+    }
+
+    deinit { close() }
+
+    var isOpen: Bool { database != nil }
+
+    func close() {
+        for statement in statements.values { sqlite3_finalize(statement) }
+        statements.removeAll()
+        if let database { sqlite3_close_v2(database) }
+        database = nil
+    }
+
+    /// No transaction is open (SQLite's autocommit mode).
+    var isAutocommit: Bool { database.map { sqlite3_get_autocommit($0) != 0 } ?? true }
+
+    /// Rows changed by the last INSERT, UPDATE or DELETE.
+    var changes: Int { database.map { Int(sqlite3_changes64($0)) } ?? 0 }
+
+    static func isTransient(_ code: Int32) -> Bool {
+        let primary = code & 0xff
+        return primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_PROTOCOL
+    }
+
+    private func failure(_ code: Int32, _ context: String) -> StoreError {
+        // sqlite3_errmsg names tables and columns, never bound values, so no key reaches a log.
+        let detail = database.map { String(cString: sqlite3_errmsg($0)) } ?? "closed"
+        return StoreError("\(context): \(detail)", isTransient: Self.isTransient(code))
+    }
+
+    private func prepared(_ sql: String) throws(StoreError) -> OpaquePointer {
+        if let cached = statements[sql] { return cached }
+        guard let database else { throw StoreError("the database is closed") }
+        var statement: OpaquePointer?
+        let code = sqlite3_prepare_v3(database, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard code == SQLITE_OK, let statement else { throw failure(code, "cannot prepare a statement") }
+        statements[sql] = statement
+        return statement
+    }
+
+    private func bind(_ values: [SQLValue], to statement: OpaquePointer) throws(StoreError) {
+        for (offset, value) in values.enumerated() {
+            let index = Int32(offset + 1)
+            let code: Int32
+            switch value {
+            case .integer(let number):
+                code = sqlite3_bind_int64(statement, index, number)
+            case .null:
+                code = sqlite3_bind_null(statement, index)
+            case .text(let text):
+                guard let length = Int32(exactly: text.utf8.count) else { throw StoreError("a text value is too long to store") }
+                // withCString copies interior NULs too; the explicit length keeps them.
+                code = text.withCString { fingerly_sqlite_bind_text(statement, index, $0, length) }
+            case .blob(let bytes):
+                guard let length = Int32(exactly: bytes.count) else { throw StoreError("a blob is too long to store") }
+                // A NULL pointer would bind SQL NULL, and an empty array may have no storage.
+                code = bytes.isEmpty
+                    ? sqlite3_bind_zeroblob(statement, index, 0)
+                    : bytes.withUnsafeBytes { fingerly_sqlite_bind_blob(statement, index, $0.baseAddress, length) }
+            }
+            guard code == SQLITE_OK else { throw failure(code, "cannot bind a value") }
+        }
+    }
+
+    /// Runs a statement and maps every row it yields.
+    func query<Row>(_ sql: String, _ values: [SQLValue], row: (SQLRow) throws(StoreError) -> Row) throws(StoreError) -> [Row] {
+        let statement = try prepared(sql)
+        defer {
+            sqlite3_reset(statement)
+            sqlite3_clear_bindings(statement)
+        }
+        try bind(values, to: statement)
+        var rows: [Row] = []
+        while true {
+            let code = sqlite3_step(statement)
+            if code == SQLITE_DONE { return rows }
+            guard code == SQLITE_ROW else { throw failure(code, "a statement failed") }
+            rows.append(try row(SQLRow(statement: statement)))
+        }
+    }
+
+    /// Runs a statement that yields no rows; returns how many rows it changed.
+    @discardableResult
+    func execute(_ sql: String, _ values: [SQLValue]) throws(StoreError) -> Int {
+        _ = try query(sql, values) { _ in () }
+        return changes
+    }
+}

@@ -1,0 +1,113 @@
+/// The schema, as numbered migrations. A migration once shipped never changes: a new version
+/// appends one. Column types and constraints stay within what PostgreSQL also has, so the next
+/// backend can keep the same shape.
+enum SQLiteSchema {
+    struct Migration {
+        let version: Int64
+        let statements: [String]
+    }
+
+    static var latestVersion: Int64 { migrations.last?.version ?? 0 }
+
+    static let createMigrationTable = """
+        CREATE TABLE IF NOT EXISTS schema_migrations (
+            version INTEGER PRIMARY KEY NOT NULL,
+            applied_at INTEGER NOT NULL
+        )
+        """
+
+    // WITHOUT ROWID on the tables of small rows keyed by text: the primary key is the table, not a
+    // second b-tree beside it, so an insert writes one page fewer. Events keep their rowid: a
+    // 20 KB document belongs in overflow pages, not in an index b-tree. Events are read by
+    // request_id with the organization in the WHERE clause; the primary key serves that alone,
+    // so there is no (organization, request_id) index to write on every insert.
+    static let migrations: [Migration] = [
+        Migration(version: 1, statements: [
+            """
+            CREATE TABLE organizations (
+                name TEXT PRIMARY KEY NOT NULL,
+                suspended INTEGER NOT NULL DEFAULT 0,
+                created_at INTEGER NOT NULL
+            ) WITHOUT ROWID
+            """,
+            """
+            CREATE TABLE keys (
+                public_key TEXT PRIMARY KEY NOT NULL,
+                secret_key_hash BLOB NOT NULL UNIQUE,
+                organization TEXT NOT NULL REFERENCES organizations(name),
+                environment TEXT NOT NULL,
+                revoked INTEGER NOT NULL DEFAULT 0,
+                created_at INTEGER NOT NULL
+            )
+            """,
+            "CREATE INDEX keys_organization ON keys(organization)",
+            """
+            CREATE TABLE idempotency (
+                organization TEXT NOT NULL,
+                key TEXT NOT NULL,
+                body_hash BLOB NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('in_flight', 'complete')),
+                response BLOB,
+                status INTEGER,
+                created_at INTEGER NOT NULL,
+                updated_at INTEGER NOT NULL,
+                PRIMARY KEY (organization, key)
+            ) WITHOUT ROWID
+            """,
+            // Expiry sweeps by age; without it each sweep reads the whole table under the write lock.
+            "CREATE INDEX idempotency_created_at ON idempotency(created_at)",
+            """
+            CREATE TABLE visitors (
+                id TEXT PRIMARY KEY NOT NULL,
+                organization TEXT NOT NULL,
+                instance_id TEXT,
+                hardware_id TEXT,
+                first_seen INTEGER NOT NULL,
+                last_seen INTEGER NOT NULL
+            ) WITHOUT ROWID
+            """,
+            // No index on last_seen: it changes on every identify, and only an operator's listing sorts by it.
+            "CREATE INDEX visitors_instance ON visitors(organization, instance_id)",
+            // The organization is repeated here so a hash lookup never leaves its organization
+            // and the index serves it alone.
+            """
+            CREATE TABLE visitor_components (
+                visitor_id TEXT NOT NULL REFERENCES visitors(id) ON DELETE CASCADE,
+                organization TEXT NOT NULL,
+                scope TEXT NOT NULL,
+                name TEXT NOT NULL,
+                hash TEXT NOT NULL,
+                PRIMARY KEY (visitor_id, scope, name, hash)
+            ) WITHOUT ROWID
+            """,
+            "CREATE INDEX visitor_components_hash ON visitor_components(organization, hash)",
+            """
+            CREATE TABLE visitor_device_keys (
+                visitor_id TEXT NOT NULL REFERENCES visitors(id) ON DELETE CASCADE,
+                key_id TEXT NOT NULL,
+                PRIMARY KEY (visitor_id, key_id)
+            ) WITHOUT ROWID
+            """,
+            """
+            CREATE TABLE events (
+                request_id TEXT PRIMARY KEY NOT NULL,
+                organization TEXT NOT NULL,
+                visitor_id TEXT NOT NULL,
+                received_at INTEGER NOT NULL,
+                document BLOB NOT NULL
+            )
+            """,
+            "CREATE INDEX events_received_at ON events(received_at)",
+            // window_start, not window: WINDOW is reserved in PostgreSQL.
+            """
+            CREATE TABLE counters (
+                bucket TEXT NOT NULL,
+                window_start INTEGER NOT NULL,
+                count INTEGER NOT NULL,
+                PRIMARY KEY (bucket, window_start)
+            ) WITHOUT ROWID
+            """,
+            "CREATE INDEX counters_window ON counters(window_start)",
+        ]),
+    ]
+}

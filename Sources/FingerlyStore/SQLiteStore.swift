@@ -1,0 +1,183 @@
+import Foundation
+import Glibc
+import Synchronization
+
+/// The identity store in one SQLite file.
+///
+/// One connection, used under a lock. SQLite admits one writer at a time and every operation here
+/// is a write transaction (BEGIN IMMEDIATE), so a pool would only move the queue from this lock
+/// into SQLite's busy handler, where waiters sleep and poll instead of being woken in turn.
+/// The body of a transaction therefore holds every other request of the process: callers do their
+/// decoding, scoring and encoding outside it.
+package final class SQLiteStore: IdentityStore, @unchecked Sendable {
+    package struct Options: Sendable {
+        /// How long SQLite waits for another process's lock before reporting busy.
+        package var busyTimeoutMilliseconds: Int32 = 1_000
+        /// Attempts of a transaction that met busy or locked, the first included.
+        package var attempts: Int = 4
+        /// The pause before the second attempt; doubles after each further one.
+        package var retryPauseMilliseconds: Int = 5
+        /// false keeps the WAL unmerged when the store closes, as after a crash (tests).
+        package var checkpointOnClose: Bool = true
+
+        package init() {}
+    }
+
+    /// The most rows a listing or lookup returns, whatever limit it was asked for.
+    package static let maximumRows = 1_000
+    /// The most hashes one `visitors(sharingAnyOf:)` lookup takes: a report has tens of components.
+    package static let maximumLookupHashes = 4_096
+    /// The most components, and the most device keys, one visitor keeps.
+    package static let maximumVisitorComponents = 1_024
+
+    package let path: String
+    private let options: Options
+    // Guards `connection`; the C handle is reached under it only, hence @unchecked Sendable.
+    private let lock = NSLock()
+    private var connection: SQLiteConnection?
+    /// The thread inside a transaction, so a nested call fails instead of deadlocking on `lock`.
+    private let owner = Atomic<UInt>(0)
+
+    /// Opens the database at `path`, creating it (mode 0600) when missing, and applies pending
+    /// migrations. The parent directory must exist. A database written by a newer build is refused.
+    package init(path: String, options: Options = Options()) throws(StoreError) {
+        self.path = path
+        self.options = options
+        try Self.createPrivately(path)
+        connection = try SQLiteConnection(path: path, busyTimeoutMilliseconds: options.busyTimeoutMilliseconds,
+                                          checkpointOnClose: options.checkpointOnClose)
+        try migrate()
+    }
+
+    /// Closes the connection; later transactions fail. Waits for a running one.
+    package func close() {
+        lock.lock()
+        defer { lock.unlock() }
+        connection?.close()
+        connection = nil
+    }
+
+    /// The schema version the database is at.
+    package func schemaVersion() throws(StoreError) -> Int64 {
+        try withConnection { connection throws(StoreError) in
+            try Self.currentVersion(connection)
+        }
+    }
+
+    /// Versions and times of the applied migrations, oldest first.
+    package func appliedMigrations() throws(StoreError) -> [(version: Int64, appliedAt: Int64)] {
+        try withConnection { connection throws(StoreError) in
+            try connection.query("SELECT version, applied_at FROM schema_migrations ORDER BY version", []) {
+                (version: $0.integer(0), appliedAt: $0.integer(1))
+            }
+        }
+    }
+
+    package func transaction<Result>(_ body: (any StoreTransaction) throws(StoreError) -> Result) throws(StoreError) -> Result {
+        try retrying { connection throws(StoreError) in
+            let transaction = SQLiteTransaction(connection: connection)
+            // A transaction object kept past its closure must not write outside BEGIN…COMMIT.
+            defer { transaction.isOpen = false }
+            return try body(transaction)
+        }
+    }
+
+    // MARK: Internals
+
+    private static func createPrivately(_ path: String) throws(StoreError) {
+        let parent = (path as NSString).deletingLastPathComponent
+        var status = stat()
+        guard stat(parent.isEmpty ? "." : parent, &status) == 0, status.st_mode & S_IFMT == S_IFDIR else {
+            throw StoreError("the directory of the database \(path) does not exist")
+        }
+        // SQLite would create the file 0644 and give its -wal and -shm the same mode; created
+        // here first, all three are the owner's alone (organizations, key hashes, events).
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        if descriptor >= 0 {
+            Glibc.close(descriptor)
+        } else if errno != EEXIST {
+            throw StoreError("cannot create the database \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    private func withConnection<Result>(_ body: (SQLiteConnection) throws(StoreError) -> Result) throws(StoreError) -> Result {
+        let thread = UInt(pthread_self())
+        guard owner.load(ordering: .relaxed) != thread else {
+            throw StoreError("a store transaction was started inside another on the same thread")
+        }
+        lock.lock()
+        owner.store(thread, ordering: .relaxed)
+        defer {
+            owner.store(0, ordering: .relaxed)
+            lock.unlock()
+        }
+        guard let connection, connection.isOpen else { throw StoreError("the store is closed") }
+        return try body(connection)
+    }
+
+    private func pause(beforeAttempt attempt: Int) {
+        let base = options.retryPauseMilliseconds << min(attempt - 1, 6)
+        // Jitter, so two processes that collided do not collide again in step.
+        let milliseconds = base + Int.random(in: 0...max(base / 2, 1))
+        usleep(UInt32(clamping: milliseconds * 1_000))
+    }
+
+    /// BEGIN IMMEDIATE … COMMIT around `body`, ROLLBACK when it throws; attempts again after busy
+    /// or locked, so `body` must have no effect outside the database.
+    private func retrying<Result>(_ body: (SQLiteConnection) throws(StoreError) -> Result) throws(StoreError) -> Result {
+        var attempt = 0
+        while true {
+            do {
+                return try withConnection { connection throws(StoreError) in
+                    try Self.runTransaction(on: connection, body)
+                }
+            } catch {
+                attempt += 1
+                guard error.isTransient, attempt < options.attempts else { throw error }
+                pause(beforeAttempt: attempt)
+            }
+        }
+    }
+
+    private static func runTransaction<Result>(on connection: SQLiteConnection,
+                                               _ body: (SQLiteConnection) throws(StoreError) -> Result) throws(StoreError) -> Result {
+        // IMMEDIATE takes the write lock up front: a deferred transaction that read first could
+        // fail to upgrade halfway, after its reads had decided what to write.
+        try connection.execute("BEGIN IMMEDIATE", [])
+        do {
+            let result = try body(connection)
+            try connection.execute("COMMIT", [])
+            return result
+        } catch {
+            // Some errors (a full disk, an I/O error) end the transaction themselves.
+            if !connection.isAutocommit { _ = try? connection.execute("ROLLBACK", []) }
+            throw error
+        }
+    }
+
+    private static func currentVersion(_ connection: SQLiteConnection) throws(StoreError) -> Int64 {
+        try connection.query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", []) { $0.integer(0) }.first ?? 0
+    }
+
+    /// Each migration in its own transaction, re-reading the version inside it so that two
+    /// processes opening one new file apply each migration once.
+    private func migrate() throws(StoreError) {
+        let known = SQLiteSchema.latestVersion
+        let path = path
+        // Version 0 only creates the bookkeeping table and refuses a newer database.
+        for migration in [SQLiteSchema.Migration(version: 0, statements: [])] + SQLiteSchema.migrations {
+            try retrying { connection throws(StoreError) in
+                try connection.execute(SQLiteSchema.createMigrationTable, [])
+                let current = try Self.currentVersion(connection)
+                guard current <= known else {
+                    throw StoreError("the database \(path) is at schema version \(current), newer than this build's \(known): "
+                        + "upgrade fingerly before opening it")
+                }
+                guard migration.version > current else { return }
+                for statement in migration.statements { try connection.execute(statement, []) }
+                try connection.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+                                       [.integer(migration.version), .integer(Int64(Date().timeIntervalSince1970))])
+            }
+        }
+    }
+}

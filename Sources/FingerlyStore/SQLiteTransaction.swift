@@ -1,0 +1,266 @@
+import Foundation
+
+/// The operations of one SQLite transaction; valid only inside the closure it was handed to.
+final class SQLiteTransaction: StoreTransaction {
+    private let connection: SQLiteConnection
+    var isOpen = true
+
+    init(connection: SQLiteConnection) {
+        self.connection = connection
+    }
+
+    private func open() throws(StoreError) -> SQLiteConnection {
+        guard isOpen else { throw StoreError("a store transaction was used after it ended") }
+        return connection
+    }
+
+    private static func clamped(_ limit: Int) -> Int64 {
+        Int64(max(0, min(limit, SQLiteStore.maximumRows)))
+    }
+
+    // MARK: Organizations and keys
+
+    func organization(named name: String) throws(StoreError) -> OrganizationRecord? {
+        try open().query("SELECT name, suspended, created_at FROM organizations WHERE name = ?1", [.text(name)]) {
+            OrganizationRecord(name: $0.text(0), suspended: $0.integer(1) != 0, createdAt: $0.integer(2))
+        }.first
+    }
+
+    func ensureOrganization(named name: String, now: Int64) throws(StoreError) -> OrganizationRecord {
+        try open().execute("INSERT INTO organizations (name, suspended, created_at) VALUES (?1, 0, ?2) ON CONFLICT (name) DO NOTHING",
+                           [.text(name), .integer(now)])
+        guard let organization = try organization(named: name) else { throw StoreError("an organization vanished while created") }
+        return organization
+    }
+
+    func setSuspended(_ suspended: Bool, organization name: String) throws(StoreError) -> Bool {
+        try open().execute("UPDATE organizations SET suspended = ?1 WHERE name = ?2", [.integer(suspended ? 1 : 0), .text(name)]) > 0
+    }
+
+    private static let keyColumns = "public_key, secret_key_hash, organization, environment, revoked, created_at"
+
+    private static func key(_ row: SQLRow) -> KeyRecord {
+        KeyRecord(publicKey: row.text(0), secretKeyHash: row.blob(1), organization: row.text(2), environment: row.text(3),
+                  revoked: row.integer(4) != 0, createdAt: row.integer(5))
+    }
+
+    func insertKey(_ key: KeyRecord) throws(StoreError) {
+        try open().execute("INSERT INTO keys (\(Self.keyColumns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                           [.text(key.publicKey), .blob(key.secretKeyHash), .text(key.organization), .text(key.environment),
+                            .integer(key.revoked ? 1 : 0), .integer(key.createdAt)])
+    }
+
+    func key(publicKey: String) throws(StoreError) -> KeyRecord? {
+        try open().query("SELECT \(Self.keyColumns) FROM keys WHERE public_key = ?1", [.text(publicKey)], row: Self.key).first
+    }
+
+    func key(secretKeyHash: [UInt8]) throws(StoreError) -> KeyRecord? {
+        try open().query("SELECT \(Self.keyColumns) FROM keys WHERE secret_key_hash = ?1", [.blob(secretKeyHash)], row: Self.key).first
+    }
+
+    func revokeKey(publicKey: String) throws(StoreError) -> Bool {
+        try open().execute("UPDATE keys SET revoked = 1 WHERE public_key = ?1", [.text(publicKey)]) > 0
+    }
+
+    /// At most `SQLiteStore.maximumRows`, oldest first.
+    func keys(organization: String?) throws(StoreError) -> [KeyRecord] {
+        let limit = Int64(SQLiteStore.maximumRows)
+        if let organization {
+            return try open().query("SELECT \(Self.keyColumns) FROM keys WHERE organization = ?1 ORDER BY created_at, public_key LIMIT ?2",
+                                    [.text(organization), .integer(limit)], row: Self.key)
+        }
+        return try open().query("SELECT \(Self.keyColumns) FROM keys ORDER BY organization, created_at, public_key LIMIT ?1",
+                                [.integer(limit)], row: Self.key)
+    }
+
+    // MARK: Idempotency
+
+    func idempotency(organization: String, key: String) throws(StoreError) -> IdempotencyRecord? {
+        try open().query("""
+            SELECT body_hash, state, response, status, created_at, updated_at FROM idempotency WHERE organization = ?1 AND key = ?2
+            """, [.text(organization), .text(key)]) { row throws(StoreError) in
+            let stateText = row.text(1)
+            guard let state = IdempotencyRecord.State(rawValue: stateText) else {
+                throw StoreError("an idempotency record has the unknown state \(stateText)")
+            }
+            return IdempotencyRecord(organization: organization, key: key, bodyHash: row.blob(0), state: state,
+                                     response: row.optionalBlob(2), status: row.optionalInteger(3).map { Int($0) },
+                                     createdAt: row.integer(4), updatedAt: row.integer(5))
+        }.first
+    }
+
+    func putIdempotency(_ record: IdempotencyRecord) throws(StoreError) {
+        try open().execute("""
+            INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            ON CONFLICT (organization, key) DO UPDATE SET body_hash = excluded.body_hash, state = excluded.state,
+                response = excluded.response, status = excluded.status, created_at = excluded.created_at, updated_at = excluded.updated_at
+            """, [.text(record.organization), .text(record.key), .blob(record.bodyHash), .text(record.state.rawValue),
+                  .optionalBlob(record.response), .optionalInteger(record.status), .integer(record.createdAt), .integer(record.updatedAt)])
+    }
+
+    func deleteIdempotency(organization: String, key: String) throws(StoreError) {
+        try open().execute("DELETE FROM idempotency WHERE organization = ?1 AND key = ?2", [.text(organization), .text(key)])
+    }
+
+    func expireIdempotency(createdBefore cutoff: Int64) throws(StoreError) -> Int {
+        try open().execute("DELETE FROM idempotency WHERE created_at < ?1", [.integer(cutoff)])
+    }
+
+    // MARK: Visitors
+
+    private static let visitorColumns = "id, organization, instance_id, hardware_id, first_seen, last_seen"
+
+    /// The visitor rows, each completed with its components and device keys.
+    private func visitors(_ sql: String, _ values: [SQLValue]) throws(StoreError) -> [VisitorRecord] {
+        let connection = try open()
+        let rows = try connection.query(sql, values) {
+            VisitorRecord(id: $0.text(0), organization: $0.text(1), instanceId: $0.optionalText(2), hardwareId: $0.optionalText(3),
+                          firstSeen: $0.integer(4), lastSeen: $0.integer(5), components: [], deviceKeys: [])
+        }
+        return try rows.map { visitor throws(StoreError) in
+            var visitor = visitor
+            visitor.components = try connection.query(
+                "SELECT scope, name, hash FROM visitor_components WHERE visitor_id = ?1 ORDER BY scope, name, hash",
+                [.text(visitor.id)]) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) }
+            visitor.deviceKeys = try connection.query(
+                "SELECT key_id FROM visitor_device_keys WHERE visitor_id = ?1 ORDER BY key_id", [.text(visitor.id)]) { $0.text(0) }
+            return visitor
+        }
+    }
+
+    func visitor(id: String, organization: String) throws(StoreError) -> VisitorRecord? {
+        try visitors("SELECT \(Self.visitorColumns) FROM visitors WHERE id = ?1 AND organization = ?2", [.text(id), .text(organization)]).first
+    }
+
+    func visitors(instanceId: String, organization: String, preferringHardwareId hardwareId: String?, limit: Int) throws(StoreError) -> [VisitorRecord] {
+        try visitors("""
+            SELECT \(Self.visitorColumns) FROM visitors WHERE organization = ?1 AND instance_id = ?2
+            ORDER BY CASE WHEN hardware_id = ?3 THEN 0 WHEN hardware_id IS NULL THEN 1 ELSE 2 END, last_seen DESC, id
+            LIMIT ?4
+            """, [.text(organization), .text(instanceId), .optionalText(hardwareId), .integer(Self.clamped(limit))])
+    }
+
+    func visitors(sharingAnyOf hashes: [String], organization: String, limit: Int) throws(StoreError) -> [VisitorRecord] {
+        let distinct = Array(Set(hashes))
+        guard !distinct.isEmpty, limit > 0 else { return [] }
+        guard distinct.count <= SQLiteStore.maximumLookupHashes else {
+            throw StoreError("a visitor lookup by \(distinct.count) component hashes exceeds \(SQLiteStore.maximumLookupHashes)")
+        }
+        // One bound parameter (a JSON array read by json_each) instead of an IN list as long as the input.
+        let list: String
+        do {
+            list = String(decoding: try JSONEncoder().encode(distinct), as: UTF8.self)
+        } catch {
+            throw StoreError("cannot encode a component lookup")
+        }
+        return try visitors("""
+            SELECT \(Self.visitorColumns) FROM visitors JOIN (
+                SELECT visitor_id, COUNT(*) AS shared FROM visitor_components
+                WHERE organization = ?1 AND hash IN (SELECT value FROM json_each(?2))
+                GROUP BY visitor_id ORDER BY shared DESC, visitor_id LIMIT ?3
+            ) AS matches ON matches.visitor_id = visitors.id
+            WHERE visitors.organization = ?1
+            ORDER BY matches.shared DESC, visitors.id
+            """, [.text(organization), .text(list), .integer(Self.clamped(limit))])
+    }
+
+    func putVisitor(_ visitor: VisitorRecord) throws(StoreError) {
+        let connection = try open()
+        guard visitor.components.count <= SQLiteStore.maximumVisitorComponents, visitor.deviceKeys.count <= SQLiteStore.maximumVisitorComponents else {
+            throw StoreError("a visitor with \(visitor.components.count) components and \(visitor.deviceKeys.count) device keys exceeds "
+                + "\(SQLiteStore.maximumVisitorComponents) of either")
+        }
+        // A returning visitor usually changes its last_seen alone: updating only that leaves the
+        // instance_id index page clean, one WAL frame fewer per identify.
+        let touched = try connection.execute("""
+            UPDATE visitors SET first_seen = ?1, last_seen = ?2
+            WHERE id = ?3 AND organization = ?4 AND instance_id IS ?5 AND hardware_id IS ?6
+            """, [.integer(visitor.firstSeen), .integer(visitor.lastSeen), .text(visitor.id), .text(visitor.organization),
+                  .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId)])
+        if touched == 0 {
+            // An id taken by another organization is never overwritten: the WHERE leaves it as it is.
+            let changed = try connection.execute("""
+                INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                ON CONFLICT (id) DO UPDATE SET instance_id = excluded.instance_id, hardware_id = excluded.hardware_id,
+                    first_seen = excluded.first_seen, last_seen = excluded.last_seen
+                WHERE visitors.organization = excluded.organization
+                """, [.text(visitor.id), .text(visitor.organization), .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId),
+                      .integer(visitor.firstSeen), .integer(visitor.lastSeen)])
+            guard changed > 0 else { throw StoreError("visitor id \(visitor.id) belongs to another organization") }
+        }
+        // Only the difference is written: a returning visitor's components rarely change.
+        let stored = Set(try connection.query("SELECT scope, name, hash FROM visitor_components WHERE visitor_id = ?1",
+                                              [.text(visitor.id)]) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) })
+        let wanted = Set(visitor.components)
+        for component in stored.subtracting(wanted) {
+            try connection.execute("DELETE FROM visitor_components WHERE visitor_id = ?1 AND scope = ?2 AND name = ?3 AND hash = ?4",
+                                   [.text(visitor.id), .text(component.scope), .text(component.name), .text(component.hash)])
+        }
+        for component in wanted.subtracting(stored) {
+            try connection.execute("INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES (?1, ?2, ?3, ?4, ?5)",
+                                   [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name),
+                                    .text(component.hash)])
+        }
+        let storedKeys = Set(try connection.query("SELECT key_id FROM visitor_device_keys WHERE visitor_id = ?1", [.text(visitor.id)]) {
+            $0.text(0)
+        })
+        let wantedKeys = Set(visitor.deviceKeys)
+        for keyId in storedKeys.subtracting(wantedKeys) {
+            try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = ?1 AND key_id = ?2", [.text(visitor.id), .text(keyId)])
+        }
+        for keyId in wantedKeys.subtracting(storedKeys) {
+            try connection.execute("INSERT INTO visitor_device_keys (visitor_id, key_id) VALUES (?1, ?2)", [.text(visitor.id), .text(keyId)])
+        }
+    }
+
+    func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorRecord] {
+        try visitors("SELECT \(Self.visitorColumns) FROM visitors WHERE organization = ?1 ORDER BY last_seen DESC, id LIMIT ?2",
+                     [.text(organization), .integer(Self.clamped(limit))])
+    }
+
+    // MARK: Events
+
+    func insertEvent(_ event: EventRecord) throws(StoreError) {
+        try open().execute("INSERT INTO events (request_id, organization, visitor_id, received_at, document) VALUES (?1, ?2, ?3, ?4, ?5)",
+                           [.text(event.requestId), .text(event.organization), .text(event.visitorId), .integer(event.receivedAt),
+                            .blob(event.document)])
+    }
+
+    func event(requestId: String, organization: String) throws(StoreError) -> EventRecord? {
+        try open().query("SELECT visitor_id, received_at, document FROM events WHERE request_id = ?1 AND organization = ?2",
+                         [.text(requestId), .text(organization)]) {
+            EventRecord(requestId: requestId, organization: organization, visitorId: $0.text(0), receivedAt: $0.integer(1),
+                        document: $0.blob(2))
+        }.first
+    }
+
+    func eventCount(organization: String?) throws(StoreError) -> Int {
+        let counts = if let organization {
+            try open().query("SELECT COUNT(*) FROM events WHERE organization = ?1", [.text(organization)]) { $0.integer(0) }
+        } else {
+            try open().query("SELECT COUNT(*) FROM events", []) { $0.integer(0) }
+        }
+        return Int(counts.first ?? 0)
+    }
+
+    func expireEvents(receivedBefore cutoff: Int64) throws(StoreError) -> Int {
+        try open().execute("DELETE FROM events WHERE received_at < ?1", [.integer(cutoff)])
+    }
+
+    // MARK: Rate limits
+
+    func incrementCounter(bucket: String, window: Int64) throws(StoreError) -> Int {
+        let counts = try open().query("""
+            INSERT INTO counters (bucket, window_start, count) VALUES (?1, ?2, 1)
+            ON CONFLICT (bucket, window_start) DO UPDATE SET count = counters.count + 1
+            RETURNING count
+            """, [.text(bucket), .integer(window)]) { $0.integer(0) }
+        guard let count = counts.first else { throw StoreError("a counter increment returned nothing") }
+        return Int(count)
+    }
+
+    func expireCounters(windowsBefore cutoff: Int64) throws(StoreError) -> Int {
+        try open().execute("DELETE FROM counters WHERE window_start < ?1", [.integer(cutoff)])
+    }
+}

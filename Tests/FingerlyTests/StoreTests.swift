@@ -1,0 +1,478 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import FingerlyStore
+
+/// A store backend the contract cases run against. PostgreSQL joins as a second case.
+enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
+    case sqlite
+
+    var testDescription: String { rawValue }
+
+    /// A fresh, empty store and what removes it.
+    func make() throws -> (store: any IdentityStore, dispose: () -> Void) {
+        switch self {
+        case .sqlite:
+            let directory = try TestPaths.temporaryDirectory("store")
+            let store = try SQLiteStore(path: directory + "/fingerly.db")
+            return (store, {
+                store.close()
+                try? FileManager.default.removeItem(atPath: directory)
+            })
+        }
+    }
+}
+
+/// Runs `body(index)` on `count` threads of their own at once and waits for all.
+private func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    let group = DispatchGroup()
+    for index in 0..<count {
+        group.enter()
+        let thread = Thread {
+            body(index)
+            group.leave()
+        }
+        thread.start()
+    }
+    group.wait()
+}
+
+private func visitor(_ id: String, organization: String = "acme", instanceId: String? = nil, hardwareId: String? = nil,
+                     hashes: [String] = [], deviceKeys: [String] = [], lastSeen: Int64 = 100) -> VisitorRecord {
+    VisitorRecord(id: id, organization: organization, instanceId: instanceId, hardwareId: hardwareId, firstSeen: 1, lastSeen: lastSeen,
+                  components: hashes.map { ComponentRecord(scope: "hardware", name: "disk", hash: $0) }, deviceKeys: deviceKeys)
+}
+
+private func idempotency(_ key: String, organization: String = "acme", body: [UInt8] = [1, 2, 3], createdAt: Int64 = 100,
+                         state: IdempotencyRecord.State = .inFlight, response: [UInt8]? = nil, status: Int? = nil) -> IdempotencyRecord {
+    IdempotencyRecord(organization: organization, key: key, bodyHash: body, state: state, response: response, status: status,
+                      createdAt: createdAt, updatedAt: createdAt)
+}
+
+private struct Deliberate: Error {}
+
+/// What every backend must do: written against `any IdentityStore` only.
+@Suite(.serialized) struct StoreContractTests {
+    @Test(arguments: StoreBackend.allCases) func organizationsAndKeys(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        let secret = Array(repeating: UInt8(7), count: 32)
+        try store.transaction { tx throws(StoreError) in
+            let created = try tx.ensureOrganization(named: "acme", now: 10)
+            #expect(created == OrganizationRecord(name: "acme", suspended: false, createdAt: 10))
+            // A second call finds it and changes nothing.
+            #expect(try tx.ensureOrganization(named: "acme", now: 99).createdAt == 10)
+            _ = try tx.ensureOrganization(named: "other", now: 11)
+            try tx.insertKey(KeyRecord(publicKey: "fly_pk_a", secretKeyHash: secret, organization: "acme", environment: "production",
+                                       revoked: false, createdAt: 12))
+            try tx.insertKey(KeyRecord(publicKey: "fly_pk_b", secretKeyHash: [9], organization: "other", environment: "test",
+                                       revoked: false, createdAt: 13))
+        }
+        try store.transaction { tx throws(StoreError) in
+            #expect(try tx.key(publicKey: "fly_pk_a")?.secretKeyHash == secret)
+            #expect(try tx.key(secretKeyHash: secret)?.publicKey == "fly_pk_a")
+            #expect(try tx.key(secretKeyHash: [1]) == nil)
+            #expect(try tx.keys(organization: "acme").map(\.publicKey) == ["fly_pk_a"])
+            #expect(try tx.keys(organization: nil).count == 2)
+            #expect(try tx.setSuspended(true, organization: "acme"))
+            #expect(try !tx.setSuspended(true, organization: "nobody"))
+            #expect(try tx.organization(named: "acme")?.suspended == true)
+            #expect(try tx.revokeKey(publicKey: "fly_pk_a"))
+            #expect(try !tx.revokeKey(publicKey: "fly_pk_missing"))
+            #expect(try tx.key(publicKey: "fly_pk_a")?.revoked == true)
+        }
+        // The same public key twice, and one secret hash under two keys, are refused.
+        #expect(throws: StoreError.self) {
+            try store.transaction { tx throws(StoreError) in
+                try tx.insertKey(KeyRecord(publicKey: "fly_pk_a", secretKeyHash: [4], organization: "acme", environment: "production",
+                                           revoked: false, createdAt: 14))
+            }
+        }
+        #expect(throws: StoreError.self) {
+            try store.transaction { tx throws(StoreError) in
+                try tx.insertKey(KeyRecord(publicKey: "fly_pk_c", secretKeyHash: secret, organization: "acme", environment: "production",
+                                           revoked: false, createdAt: 14))
+            }
+        }
+    }
+
+    @Test(arguments: StoreBackend.allCases) func idempotencyRecords(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        try store.transaction { tx throws(StoreError) in
+            #expect(try tx.idempotency(organization: "acme", key: "k1") == nil)
+            try tx.putIdempotency(idempotency("k1", createdAt: 100))
+            try tx.putIdempotency(idempotency("k1", organization: "other", body: [9], createdAt: 100))
+            try tx.putIdempotency(idempotency("k2", createdAt: 500))
+        }
+        try store.transaction { tx throws(StoreError) in
+            #expect(try tx.idempotency(organization: "acme", key: "k1") == idempotency("k1", createdAt: 100))
+            // Scoped per organization: the same key elsewhere is another record.
+            #expect(try tx.idempotency(organization: "other", key: "k1")?.bodyHash == [9])
+            let complete = idempotency("k1", createdAt: 100, state: .complete, response: Array("{\"ok\":true}".utf8), status: 200)
+            try tx.putIdempotency(complete)
+            #expect(try tx.idempotency(organization: "acme", key: "k1") == complete)
+            // An empty response is kept as empty, not as absent.
+            try tx.putIdempotency(idempotency("k3", createdAt: 100, state: .complete, response: [], status: 204))
+            #expect(try tx.idempotency(organization: "acme", key: "k3")?.response == [])
+            try tx.deleteIdempotency(organization: "acme", key: "k3")
+            #expect(try tx.idempotency(organization: "acme", key: "k3") == nil)
+        }
+        let expired = try store.transaction { tx throws(StoreError) in try tx.expireIdempotency(createdBefore: 200) }
+        #expect(expired == 2)
+        try store.transaction { tx throws(StoreError) in
+            #expect(try tx.idempotency(organization: "acme", key: "k1") == nil)
+            #expect(try tx.idempotency(organization: "other", key: "k1") == nil)
+            #expect(try tx.idempotency(organization: "acme", key: "k2") != nil)
+        }
+    }
+
+    @Test(arguments: StoreBackend.allCases) func visitorsByIdInstanceAndComponents(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        let first = visitor("v1", instanceId: "i1", hardwareId: "h1", hashes: ["a", "b", "c"], deviceKeys: ["dk2", "dk1"])
+        try store.transaction { tx throws(StoreError) in
+            try tx.putVisitor(first)
+            try tx.putVisitor(visitor("v2", instanceId: "i1", hardwareId: "h2", hashes: ["a"], lastSeen: 300))
+            try tx.putVisitor(visitor("v3", instanceId: "i1", hashes: ["a", "b"], lastSeen: 200))
+            // Another organization holding the very same hashes and instance id.
+            try tx.putVisitor(visitor("x1", organization: "other", instanceId: "i1", hardwareId: "h1", hashes: ["a", "b", "c"]))
+        }
+        try store.transaction { tx throws(StoreError) in
+            var expected = first
+            expected.deviceKeys = ["dk1", "dk2"]
+            #expect(try tx.visitor(id: "v1", organization: "acme") == expected)
+            #expect(try tx.visitor(id: "v1", organization: "other") == nil)
+            #expect(try tx.visitor(id: "x1", organization: "acme") == nil)
+
+            // The consistent hardwareId first, then the one without, then the most recent.
+            let byInstance = try tx.visitors(instanceId: "i1", organization: "acme", preferringHardwareId: "h1", limit: 10).map(\.id)
+            #expect(byInstance == ["v1", "v3", "v2"])
+            #expect(try tx.visitors(instanceId: "i1", organization: "acme", preferringHardwareId: "h2", limit: 1).map(\.id) == ["v2"])
+            #expect(try tx.visitors(instanceId: "i1", organization: "acme").count == 3)
+            #expect(try tx.visitors(instanceId: "i9", organization: "acme").isEmpty)
+
+            // Most shared hashes first; never another organization's visitor; the limit holds.
+            let sharing = try tx.visitors(sharingAnyOf: ["a", "b", "c", "zz"], organization: "acme", limit: 10).map(\.id)
+            #expect(sharing == ["v1", "v3", "v2"])
+            #expect(try tx.visitors(sharingAnyOf: ["a", "b", "c"], organization: "acme", limit: 2).map(\.id) == ["v1", "v3"])
+            #expect(try tx.visitors(sharingAnyOf: ["a", "b", "c"], organization: "other", limit: 10).map(\.id) == ["x1"])
+            #expect(try tx.visitors(sharingAnyOf: ["zz"], organization: "acme", limit: 10).isEmpty)
+            #expect(try tx.visitors(sharingAnyOf: [], organization: "acme", limit: 10).isEmpty)
+            #expect(try tx.visitors(sharingAnyOf: ["a"], organization: "acme", limit: 0).isEmpty)
+
+            #expect(try tx.visitors(organization: "acme", limit: 2).map(\.id) == ["v2", "v3"])
+        }
+        // Replacing a visitor replaces its components and device keys.
+        try store.transaction { tx throws(StoreError) in
+            var moved = first
+            moved.components = [ComponentRecord(scope: "instance", name: "machine-id", hash: "m")]
+            moved.deviceKeys = ["dk3"]
+            moved.lastSeen = 900
+            try tx.putVisitor(moved)
+            #expect(try tx.visitor(id: "v1", organization: "acme") == moved)
+            #expect(try tx.visitors(sharingAnyOf: ["c"], organization: "acme", limit: 10).isEmpty)
+            #expect(try tx.visitors(sharingAnyOf: ["m"], organization: "acme", limit: 10).map(\.id) == ["v1"])
+        }
+        // A visitor id of another organization is never taken over.
+        #expect(throws: StoreError.self) {
+            try store.transaction { tx throws(StoreError) in try tx.putVisitor(visitor("x1", hashes: ["q"])) }
+        }
+        try store.transaction { tx throws(StoreError) in
+            #expect(try tx.visitor(id: "x1", organization: "other")?.components.map(\.hash) == ["a", "b", "c"])
+        }
+    }
+
+    @Test(arguments: StoreBackend.allCases) func eventsAreScopedAndWrittenOnce(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        let document = Array("{\"requestId\":\"r1\"}".utf8)
+        try store.transaction { tx throws(StoreError) in
+            try tx.insertEvent(EventRecord(requestId: "r1", organization: "acme", visitorId: "v1", receivedAt: 100, document: document))
+            try tx.insertEvent(EventRecord(requestId: "r2", organization: "other", visitorId: "x1", receivedAt: 300, document: [1]))
+        }
+        try store.transaction { tx throws(StoreError) in
+            #expect(try tx.event(requestId: "r1", organization: "acme")?.document == document)
+            #expect(try tx.event(requestId: "r1", organization: "other") == nil)
+            #expect(try tx.event(requestId: "r2", organization: "acme") == nil)
+            #expect(try tx.eventCount(organization: "acme") == 1)
+            #expect(try tx.eventCount(organization: nil) == 2)
+        }
+        #expect(throws: StoreError.self) {
+            try store.transaction { tx throws(StoreError) in
+                try tx.insertEvent(EventRecord(requestId: "r1", organization: "acme", visitorId: "v9", receivedAt: 200, document: [2]))
+            }
+        }
+        #expect(try store.transaction { tx throws(StoreError) in try tx.event(requestId: "r1", organization: "acme")?.visitorId } == "v1")
+        #expect(try store.transaction { tx throws(StoreError) in try tx.expireEvents(receivedBefore: 200) } == 1)
+        #expect(try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: nil) } == 1)
+    }
+
+    @Test(arguments: StoreBackend.allCases) func countersCountEveryIncrementAcrossThreads(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        try store.transaction { tx throws(StoreError) in
+            #expect(try tx.incrementCounter(bucket: "key:a", window: 60) == 1)
+            #expect(try tx.incrementCounter(bucket: "key:a", window: 60) == 2)
+            #expect(try tx.incrementCounter(bucket: "key:a", window: 120) == 1)
+            #expect(try tx.incrementCounter(bucket: "key:b", window: 60) == 1)
+        }
+        let perThread = 200
+        let failures = Mutex<[String]>([])
+        onThreads(2) { _ in
+            for _ in 0..<perThread {
+                do {
+                    _ = try store.transaction { tx throws(StoreError) in try tx.incrementCounter(bucket: "key:c", window: 60) }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
+                }
+            }
+        }
+        #expect(failures.withLock { $0 }.isEmpty)
+        #expect(try store.transaction { tx throws(StoreError) in try tx.incrementCounter(bucket: "key:c", window: 60) } == 2 * perThread + 1)
+        #expect(try store.transaction { tx throws(StoreError) in try tx.expireCounters(windowsBefore: 120) } == 3)
+        #expect(try store.transaction { tx throws(StoreError) in try tx.incrementCounter(bucket: "key:a", window: 120) } == 2)
+    }
+
+    @Test(arguments: StoreBackend.allCases) func aTransactionThatThrowsLeavesNothing(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        #expect(throws: StoreError("deliberate")) {
+            try store.transaction { tx throws(StoreError) in
+                _ = try tx.ensureOrganization(named: "acme", now: 1)
+                try tx.putIdempotency(idempotency("k1"))
+                try tx.putVisitor(visitor("v1", instanceId: "i1", hashes: ["a"]))
+                try tx.insertEvent(EventRecord(requestId: "r1", organization: "acme", visitorId: "v1", receivedAt: 1, document: [1]))
+                _ = try tx.incrementCounter(bucket: "b", window: 1)
+                throw StoreError("deliberate")
+            }
+        }
+        try store.transaction { tx throws(StoreError) in
+            #expect(try tx.organization(named: "acme") == nil)
+            #expect(try tx.idempotency(organization: "acme", key: "k1") == nil)
+            #expect(try tx.visitor(id: "v1", organization: "acme") == nil)
+            #expect(try tx.visitors(sharingAnyOf: ["a"], organization: "acme", limit: 5).isEmpty)
+            #expect(try tx.eventCount(organization: nil) == 0)
+            #expect(try tx.incrementCounter(bucket: "b", window: 1) == 1)
+        }
+    }
+
+    /// Read, then write what was read plus one: two threads doing it must serialize, or
+    /// increments get lost.
+    @Test(arguments: StoreBackend.allCases) func concurrentTransactionsLoseNoWrites(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        try store.transaction { tx throws(StoreError) in try tx.putIdempotency(idempotency("shared", status: 0)) }
+        let perThread = 150
+        let failures = Mutex<[String]>([])
+        onThreads(2) { thread in
+            for round in 0..<perThread {
+                do {
+                    try store.transaction { tx throws(StoreError) in
+                        guard var record = try tx.idempotency(organization: "acme", key: "shared") else { throw StoreError("missing") }
+                        record.status = (record.status ?? 0) + 1
+                        try tx.putIdempotency(record)
+                        try tx.insertEvent(EventRecord(requestId: "t\(thread)-\(round)", organization: "acme", visitorId: "v",
+                                                       receivedAt: 1, document: [UInt8(thread)]))
+                    }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
+                }
+            }
+        }
+        #expect(failures.withLock { $0 }.isEmpty)
+        try store.transaction { tx throws(StoreError) in
+            #expect(try tx.idempotency(organization: "acme", key: "shared")?.status == 2 * perThread)
+            #expect(try tx.eventCount(organization: "acme") == 2 * perThread)
+        }
+    }
+}
+
+/// What only the SQLite backend promises: its file, its migrations, its locks.
+@Suite(.serialized) struct SQLiteStoreTests {
+    private static func directory() throws -> String { try TestPaths.temporaryDirectory("sqlite-store") }
+
+    @Test func theFileIsTheOwnersAloneAndItsDirectoryMustExist() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/fingerly.db"
+        let store = try SQLiteStore(path: path)
+        try store.transaction { tx throws(StoreError) in _ = try tx.ensureOrganization(named: "acme", now: 1) }
+        for file in [path, path + "-wal", path + "-shm"] {
+            let attributes = try FileManager.default.attributesOfItem(atPath: file)
+            #expect((attributes[.posixPermissions] as? Int) == 0o600, "\(file)")
+        }
+        store.close()
+        #expect(throws: StoreError.self) { try SQLiteStore(path: directory + "/missing/fingerly.db") }
+        #expect(!FileManager.default.fileExists(atPath: directory + "/missing"))
+        // A link in place of the database is not followed.
+        try FileManager.default.createSymbolicLink(atPath: directory + "/link.db", withDestinationPath: path)
+        #expect(throws: StoreError.self) { try SQLiteStore(path: directory + "/link.db") }
+    }
+
+    @Test func migrationsApplyOnceAndSurviveReopening() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/fingerly.db"
+        let store = try SQLiteStore(path: path)
+        #expect(try store.schemaVersion() == SQLiteSchema.latestVersion)
+        let applied = try store.appliedMigrations()
+        #expect(applied.map(\.version) == SQLiteSchema.migrations.map(\.version))
+        try store.transaction { tx throws(StoreError) in _ = try tx.ensureOrganization(named: "acme", now: 1) }
+        store.close()
+
+        let reopened = try SQLiteStore(path: path)
+        defer { reopened.close() }
+        let again = try reopened.appliedMigrations()
+        #expect(again.map(\.version) == applied.map(\.version))
+        #expect(again.map(\.appliedAt) == applied.map(\.appliedAt))
+        #expect(try reopened.transaction { tx throws(StoreError) in try tx.organization(named: "acme") } != nil)
+    }
+
+    @Test func aDatabaseFromANewerBuildIsRefused() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/fingerly.db"
+        try SQLiteStore(path: path).close()
+        let newer = SQLiteSchema.latestVersion + 1
+        do {
+            let raw = try SQLiteConnection(path: path, busyTimeoutMilliseconds: 100, checkpointOnClose: true)
+            try raw.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?1, 0)", [.integer(newer)])
+            raw.close()
+        }
+        do {
+            _ = try SQLiteStore(path: path)
+            Issue.record("a newer database was opened")
+        } catch {
+            #expect(!error.isTransient)
+            #expect(error.message.contains("schema version \(newer)"), "\(error)")
+            #expect(error.message.contains("newer than this build"), "\(error)")
+        }
+    }
+
+    @Test func aCommitSurvivesClosingWithoutACheckpoint() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/fingerly.db"
+        var options = SQLiteStore.Options()
+        options.checkpointOnClose = false
+        let store = try SQLiteStore(path: path, options: options)
+        let document = Array(repeating: UInt8(ascii: "x"), count: 4_096)
+        try store.transaction { tx throws(StoreError) in
+            try tx.insertEvent(EventRecord(requestId: "r1", organization: "acme", visitorId: "v1", receivedAt: 1, document: document))
+        }
+        store.close()
+        // The commit is in the WAL alone, as after a crash between commit and checkpoint.
+        let walSize = try #require(try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int)
+        #expect(walSize > document.count)
+
+        let reopened = try SQLiteStore(path: path)
+        defer { reopened.close() }
+        #expect(try reopened.transaction { tx throws(StoreError) in try tx.event(requestId: "r1", organization: "acme")?.document } == document)
+    }
+
+    @Test func anotherProcesssLockIsWaitedForThenReportedAsTransient() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/fingerly.db"
+        var options = SQLiteStore.Options()
+        options.busyTimeoutMilliseconds = 20
+        options.attempts = 3
+        options.retryPauseMilliseconds = 1
+        let store = try SQLiteStore(path: path, options: options)
+        defer { store.close() }
+        let other = try SQLiteConnection(path: path, busyTimeoutMilliseconds: 20, checkpointOnClose: true)
+        try other.execute("BEGIN IMMEDIATE", [])
+        do {
+            try store.transaction { tx throws(StoreError) in _ = try tx.incrementCounter(bucket: "b", window: 1) }
+            Issue.record("a locked database gave no error")
+        } catch {
+            #expect(error.isTransient, "\(error)")
+        }
+        try other.execute("COMMIT", [])
+        other.close()
+        #expect(try store.transaction { tx throws(StoreError) in try tx.incrementCounter(bucket: "b", window: 1) } == 1)
+    }
+
+    @Test func misuseFailsInsteadOfDeadlockingOrWritingOutsideATransaction() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try SQLiteStore(path: directory + "/fingerly.db")
+        #expect(throws: StoreError.self) {
+            try store.transaction { _ throws(StoreError) in
+                try store.transaction { tx throws(StoreError) in _ = try tx.incrementCounter(bucket: "b", window: 1) }
+            }
+        }
+        let escaped = try store.transaction { tx throws(StoreError) in tx }
+        #expect(throws: StoreError.self) { _ = try escaped.incrementCounter(bucket: "b", window: 1) }
+        #expect(throws: StoreError.self) {
+            try store.transaction { tx throws(StoreError) in
+                _ = try tx.visitors(sharingAnyOf: (0...SQLiteStore.maximumLookupHashes).map(String.init), organization: "acme", limit: 5)
+            }
+        }
+        store.close()
+        #expect(throws: StoreError.self) { try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: nil) } }
+    }
+
+    /// Not a timed assertion: prints what one identify's store work costs on this machine, for a
+    /// returning visitor (components unchanged) and for a new one (every row written).
+    @Test func identifyTransactionsPerSecond() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try SQLiteStore(path: directory + "/fingerly.db")
+        defer { store.close() }
+        let document = (0..<20_480).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        @Sendable func identify(_ index: Int, visitor number: Int) throws(StoreError) {
+            let components = (0..<10).map {
+                ComponentRecord(scope: $0 < 6 ? "hardware" : "instance", name: "c\($0)", hash: "hash-\(number)-\($0)")
+            }
+            try store.transaction { tx throws(StoreError) in
+                let key = "idem-\(index)"
+                if try tx.idempotency(organization: "acme", key: key) == nil {
+                    try tx.putIdempotency(idempotency(key, body: Array(repeating: 1, count: 32), createdAt: Int64(index), state: .complete,
+                                                      response: Array(repeating: 2, count: 600), status: 200))
+                }
+                let known = try tx.visitors(instanceId: "instance-\(number)", organization: "acme", preferringHardwareId: "hw-\(number)", limit: 8)
+                var record = known.first ?? VisitorRecord(id: "visitor-\(number)", organization: "acme", instanceId: "instance-\(number)",
+                                                          hardwareId: "hw-\(number)", firstSeen: Int64(index), lastSeen: Int64(index),
+                                                          components: [], deviceKeys: ["dk-\(number)"])
+                record.lastSeen = Int64(index)
+                record.components = components
+                try tx.putVisitor(record)
+                try tx.insertEvent(EventRecord(requestId: "request-\(index)", organization: "acme", visitorId: record.id,
+                                               receivedAt: Int64(index), document: document))
+            }
+        }
+        // CPU time as well as wall time: on a shared machine the wall clock measures the neighbours too.
+        func processCPUSeconds() -> Double {
+            var now = timespec()
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now)
+            return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+        }
+        var cpuMicroseconds: [Int] = []
+        func rate(_ count: Int, threads: Int, visitor: @escaping @Sendable (Int) -> Int, offset: Int) -> Double {
+            let failures = Mutex<Int>(0)
+            let cpuStart = processCPUSeconds()
+            defer { cpuMicroseconds.append(Int((processCPUSeconds() - cpuStart) * 1e6) / count) }
+            let start = Date()
+            onThreads(threads) { thread in
+                for round in 0..<(count / threads) {
+                    let index = offset + thread * count + round
+                    do { try identify(index, visitor: visitor(index)) } catch { failures.withLock { $0 += 1 } }
+                }
+            }
+            let elapsed = Date().timeIntervalSince(start)
+            #expect(failures.withLock { $0 } == 0)
+            return Double(count / threads * threads) / elapsed
+        }
+        let count = 2_000
+        _ = rate(500, threads: 1, visitor: { $0 % 500 }, offset: 0)
+        let returning = rate(count, threads: 1, visitor: { $0 % 500 }, offset: 10_000)
+        let returningTwo = rate(count, threads: 2, visitor: { $0 % 500 }, offset: 20_000)
+        let new = rate(count, threads: 1, visitor: { $0 }, offset: 30_000)
+        #expect(try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: "acme") } == 500 + 3 * count)
+        print("SQLiteStore identify transaction (idempotency read+write, visitor by instance id, visitor put with 10 components, "
+              + "20 KB event): returning visitor \(Int(returning)) tx/s on one thread, \(Int(returningTwo)) tx/s from two threads; "
+              + "new visitor \(Int(new)) tx/s; CPU per transaction \(cpuMicroseconds.dropFirst().map { "\($0) µs" }.joined(separator: ", "))")
+    }
+}
