@@ -73,8 +73,10 @@ package enum FingerlyServerCommand {
         }
     }
 
-    /// The real process: real streams and environment.
-    package static func main() async -> Int32 {
+    /// The real process: real streams and environment. Synchronous on purpose: SIGTERM is
+    /// blocked in every thread before serving, which only holds if no thread (such as Swift
+    /// concurrency's pool, which an async main starts) exists before the mask is set.
+    package static func main() -> Int32 {
         var environment: [String: String] = [:]
         var pointer = environ
         while let entry = pointer.pointee {
@@ -185,6 +187,7 @@ package enum FingerlyServerCommand {
         while sigwait(&signals, &received) != 0 {}
         io.standardError("fingerly-server: signal \(received), finishing requests in flight\n")
         server.shutdown()
+        closeStore(store)
         io.standardError("fingerly-server: stopped\n")
         return .success
     }

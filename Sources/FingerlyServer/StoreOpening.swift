@@ -1,6 +1,11 @@
 import FingerlyStore
 
-/// The database behind `serve` and `keys`. Filled in when the SQLite store lands on main.
+/// The database behind `serve` and `keys`.
 func openStore(path: String) throws(StoreError) -> any IdentityStore {
-    throw StoreError("the SQLite store is not built yet")
+    try SQLiteStore(path: path)
+}
+
+/// Waits for a running transaction, then closes the database (the WAL is checkpointed).
+func closeStore(_ store: any IdentityStore) {
+    (store as? SQLiteStore)?.close()
 }

@@ -91,15 +91,17 @@ struct RawClient {
     }
 }
 
-/// A server on an ephemeral loopback port over a memory store.
+/// A server on an ephemeral loopback port over a fresh SQLite database.
 final class ServerHarness: @unchecked Sendable {
-    let store = MemoryStore()
+    let store: FailingStore
     let server: RunningServer
     let log = Locked<[String]>([])
     var client: RawClient { RawClient(port: server.port) }
 
     init(clock: (@Sendable () -> Int64)? = nil, _ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
-        var configuration = ServerConfiguration(database: ":memory:")
+        let database = try TestPaths.temporaryDirectory("server") + "/db.sqlite"
+        store = FailingStore(try SQLiteStore(path: database))
+        var configuration = ServerConfiguration(database: database)
         configuration.listen = ListenAddress.parse("127.0.0.1:0")!
         configuration.threads = 2
         configure(&configuration)
@@ -134,6 +136,15 @@ final class ServerHarness: @unchecked Sendable {
 @Suite(.serialized)
 struct ServerTests {
     static let body = Array(#"{"client":{"proxy":false,"sdk":"fingerly-linux","version":"0.1.0"},"report":{}}"#.utf8)
+
+    /// A real submission body for organization acme, as the client makes it from a fixture host.
+    static let reportBody: [UInt8] = {
+        let state = (try? TestPaths.temporaryDirectory("server-body")) ?? NSTemporaryDirectory()
+        var env = SubmissionCLITests.environment(state: state, apiKey: TestKeys.key(org: "acme", region: "eu"))
+        env["FINGERLY_ENDPOINT"] = nil
+        let run = try? runCLI(["--no-submit", "--request-only", "--root", TestPaths.fixture("kvm-qemu"), "--tiers", "fast"], environment: env)
+        return Array((run?.standardOutput ?? "").utf8)
+    }()
 
     @Test func healthAndMetrics() throws {
         let harness = try ServerHarness()
@@ -280,7 +291,7 @@ struct ServerTests {
         let harness = try ServerHarness(clock: { now })
         let (publicKey, _) = try harness.keys()
         let device = try DeviceKey.ephemeral()
-        func signed(path: String = "/v1/identify", body: [UInt8] = Self.body, created: Int64 = now, send: [UInt8]? = nil) throws -> RawResponse {
+        func signed(path: String = "/v1/identify", body: [UInt8] = Self.reportBody, created: Int64 = now, send: [UInt8]? = nil) throws -> RawResponse {
             let idempotencyKey = "\"\(UUID().uuidString.lowercased())\""
             let fields = try MessageSignature.sign(method: "POST", path: path, body: body, idempotencyKey: idempotencyKey, created: created, with: device)
             return try harness.client.request("POST", "/v1/identify",
@@ -288,14 +299,14 @@ struct ServerTests {
                                               body: send ?? body)
         }
         let good = try signed()
-        #expect(good.status != 401 && good.status != 400)
+        #expect(good.status == 200, "\(good.text)")
         let otherPath = try signed(path: "/elsewhere/v1/identify")
         #expect(otherPath.status == 401)
         #expect(otherPath.errorCode == "invalid_signature")
         #expect(try signed(created: now - 301).errorCode == "stale_signature")
         #expect(try signed(created: now + 301).errorCode == "stale_signature")
         #expect(try signed(created: now - 300).status != 401)
-        let tampered = try signed(send: Self.body.map { $0 == UInt8(ascii: "0") ? UInt8(ascii: "9") : $0 })
+        let tampered = try signed(send: Self.reportBody.map { $0 == UInt8(ascii: "0") ? UInt8(ascii: "9") : $0 })
         #expect(tampered.status == 400)
         #expect(tampered.errorCode == "bad_request")
         // Half a signature is a bad one, not an unsigned request.
@@ -568,5 +579,64 @@ struct ServerProcessTests {
         #expect(answer.status != 0 && answer.status != 503)
         #expect(server.terminate() == 0)
         #expect(server.standardError.value.contains("stopped"))
+    }
+}
+
+@Suite(.serialized)
+struct ServerEndToEndTests {
+    /// Acceptance 1: the real client against the real server process.
+    @Test func theRealClientAgainstTheServer() throws {
+        let directory = try TestPaths.temporaryDirectory("server-e2e")
+        let database = directory + "/db.sqlite"
+        let (publicKey, secretKey) = try addedKeys(try runServerCLI(["keys", "add", "--org", "acme", "--region", "eu", "--db", database]))
+        let (otherPublic, otherSecret) = try addedKeys(try runServerCLI(["keys", "add", "--org", "other", "--db", database]))
+        let server = try ServerProcess(database: database)
+        let endpoint = "http://127.0.0.1:\(server.port)"
+
+        func identify(_ key: String, state: String) throws -> IdentifyResult {
+            let run = try runCLI(SubmissionCLITests.identifyArguments(endpoint) + ["--json"],
+                                 environment: SubmissionCLITests.environment(state: state, apiKey: key))
+            #expect(run.status == 0, "\(run.standardError)")
+            return try run.identifyResult()
+        }
+        let state = try SubmissionCLITests.freshState("server-e2e")
+        let first = try identify(publicKey, state: state)
+        #expect(first.state == .enriched)
+        #expect(first.visitorIsNew == true)
+        #expect(first.duplicate == false)
+        let second = try identify(publicKey, state: state)
+        #expect(second.visitorId == first.visitorId)
+        #expect(second.visitorIsNew == false)
+        #expect(second.requestId != first.requestId)
+
+        // Verification by requestId with the secret key: the same event.
+        let event = try server.client.request("GET", "/v1/events/\(first.requestId)", headers: [("Authorization", "Bearer \(secretKey)")])
+        #expect(event.status == 200, "\(event.text)")
+        let stored = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(event.body))
+        #expect(stored.requestId == first.requestId)
+        #expect(stored.visitorId == first.visitorId)
+        #expect(event.text.contains(#""verified":true"#))
+        // Another organization's secret key cannot see it; the other organization's client gets its own visitor.
+        let foreign = try server.client.request("GET", "/v1/events/\(first.requestId)", headers: [("Authorization", "Bearer \(otherSecret)")])
+        #expect(foreign.status == 404)
+        #expect(foreign.errorCode == "not_found")
+        let otherResult = try identify(otherPublic, state: try SubmissionCLITests.freshState("server-e2e-other"))
+        #expect(otherResult.visitorId != first.visitorId)
+
+        // A replayed idempotency key: the stored answer with duplicate true, no second event.
+        let headers = [("Authorization", "Bearer \(publicKey)"), ("Idempotency-Key", "\"replay-1\"")]
+        let original = try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.reportBody)
+        #expect(original.status == 200, "\(original.text)")
+        let replay = try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.reportBody)
+        let originalAnswer = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(original.body))
+        let replayAnswer = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(replay.body))
+        #expect(replayAnswer.duplicate && !originalAnswer.duplicate)
+        #expect(replayAnswer.requestId == originalAnswer.requestId)
+        let reused = try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.reportBody + [0x20])
+        #expect(reused.status == 422)
+        #expect(reused.errorCode == "idempotency_key_reused")
+        #expect(server.terminate() == 0)
+        let count = try SQLiteStore(path: database).transaction { tx throws(StoreError) in try tx.eventCount(organization: "acme") }
+        #expect(count == 3)
     }
 }
