@@ -1,15 +1,205 @@
+import FingerlyEngine
+import FingerlyHost
+import FingerlyStore
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// `fingerly-server`: filled in by the server work.
+/// Where a command writes; tests pass buffers.
+package struct ServerIO: Sendable {
+    package var standardOutput: @Sendable (String) -> Void
+    package var standardError: @Sendable (String) -> Void
+    package var environment: [String: String]
+
+    package init(standardOutput: @escaping @Sendable (String) -> Void, standardError: @escaping @Sendable (String) -> Void,
+                 environment: [String: String]) {
+        self.standardOutput = standardOutput
+        self.standardError = standardError
+        self.environment = environment
+    }
+}
+
+/// sysexits(3).
+package enum ServerExit: Int32 {
+    case success = 0, usage = 64, dataError = 65, noInput = 66, noUser = 67, unavailable = 69, software = 70,
+         ioError = 74, configuration = 78
+}
+
+/// `fingerly-server`: serve, and the operator's key commands.
 package enum FingerlyServerCommand {
-    package static func main() async -> Int32 {
-        writeError("fingerly-server: not built yet\n")
-        return 69
+    package static let help = """
+        USAGE: fingerly-server serve [--config FILE] [options]
+               fingerly-server keys add --org NAME [--env ENV] [--region us|eu|ap] [--db PATH]
+               fingerly-server keys list [--org NAME] [--db PATH]
+               fingerly-server keys suspend --org NAME [--db PATH]
+               fingerly-server keys resume --org NAME [--db PATH]
+               fingerly-server keys revoke --key fly_pk_… [--db PATH]
+
+        Answers POST /v1/identify and GET /v1/events/{requestId} (docs/api.md) from a SQLite
+        database, plus GET /healthz and GET /metrics (Prometheus text).
+
+        SERVE OPTIONS (each also a `key = value` line of the --config file; flags win):
+          --listen ADDR             IPV4:PORT or [IPV6]:PORT (default 127.0.0.1:8080; port 0 picks one)
+          --database PATH           The SQLite database (default $STATE_DIRECTORY/fingerly-server.sqlite,
+                                    else /var/lib/fingerly-server/fingerly-server.sqlite); --db too
+          --body-limit BYTES        Largest request body (default 1048576): larger is 413
+          --rate-limit N            Requests per second per key (default 100): more is 429
+          --retention-days N        Events older than this are purged at start and hourly (default 30; 0 keeps all)
+          --threads N               libmicrohttpd worker threads (default 4)
+          --connection-limit N      Open connections at most (default 512)
+          --connection-timeout S    Idle or slow connections are closed after S seconds (default 10)
+          --header-limit BYTES      Memory per connection, which bounds the request head (default 32768)
+          --shutdown-grace S        After SIGTERM, requests in flight get S seconds to finish (default 20)
+          --require-signatures [true|false]
+                                    Refuse unsigned identify requests with 401 missing_signature (default
+                                    false: accepted and recorded unsigned)
+          --tls-cert FILE, --tls-key FILE
+                                    Serve HTTPS with this PEM certificate chain and key
+          --policy FILE             The verdict policy (default: the embedded one)
+
+        Keys are printed once by `keys add`; only the secret key's SHA-256 is stored. No key, no
+        body and no raw identifier is ever logged. Exit status follows sysexits(3).
+
+        """
+
+    package static func main(_ arguments: [String], io: ServerIO) -> Int32 {
+        switch arguments.first {
+        case "serve"?: return serve(Array(arguments.dropFirst()), io: io).rawValue
+        case "keys"?: return KeyCommands.run(Array(arguments.dropFirst()), io: io).rawValue
+        case "--help"?, "-h"?, "help"?: io.standardOutput(help); return ServerExit.success.rawValue
+        default:
+            io.standardError("fingerly-server: expected a subcommand, serve or keys\nRun 'fingerly-server --help' for usage.\n")
+            return ServerExit.usage.rawValue
+        }
     }
 
-    private static func writeError(_ text: String) {
-        _ = text.utf8CString.withUnsafeBufferPointer { write(2, $0.baseAddress, $0.count - 1) }
+    /// The real process: real streams and environment. Synchronous on purpose: SIGTERM is
+    /// blocked in every thread before serving, which only holds if no thread (such as Swift
+    /// concurrency's pool, which an async main starts) exists before the mask is set.
+    package static func main() -> Int32 {
+        var environment: [String: String] = [:]
+        var pointer = environ
+        while let entry = pointer.pointee {
+            let text = String(cString: entry)
+            if let equals = text.firstIndex(of: "=") {
+                environment[String(text[..<equals])] = String(text[text.index(after: equals)...])
+            }
+            pointer += 1
+        }
+        signal(SIGPIPE, SIG_IGN)
+        let io = ServerIO(standardOutput: { writeAll($0, to: STDOUT_FILENO) }, standardError: { writeAll($0, to: STDERR_FILENO) },
+                          environment: environment)
+        return main(Array(CommandLine.arguments.dropFirst()), io: io)
+    }
+
+    /// Reads flags and the configuration file into a configuration, flags winning.
+    package static func configuration(_ arguments: [String], environment: [String: String]) throws(ConfigurationError)
+        -> ServerConfiguration {
+        var configuration = ServerConfiguration(database: ServerConfiguration.defaultDatabase(environment: environment))
+        var flags: [(String, String)] = []
+        var configFile: String?
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            guard argument.hasPrefix("--") else { throw ConfigurationError("unexpected argument '\(argument)'") }
+            var name = String(argument.dropFirst(2))
+            var value: String?
+            if let equals = name.firstIndex(of: "=") {
+                value = String(name[name.index(after: equals)...])
+                name = String(name[..<equals])
+            }
+            if name == "db" { name = "database" }
+            guard name == "config" || ServerConfiguration.keys.contains(name) else { throw ConfigurationError("unknown option --\(name)") }
+            if value == nil {
+                let next = index + 1 < arguments.count ? arguments[index + 1] : nil
+                if name == "require-signatures", next.map({ !["true", "false", "yes", "no", "1", "0"].contains($0) }) ?? true {
+                    value = "true"
+                } else {
+                    guard let next else { throw ConfigurationError("--\(name) needs a value") }
+                    value = next
+                    index += 1
+                }
+            }
+            index += 1
+            if name == "config" {
+                guard configFile == nil else { throw ConfigurationError("--config given twice") }
+                configFile = value
+            } else {
+                guard !flags.contains(where: { $0.0 == name }) else { throw ConfigurationError("--\(name) given twice") }
+                flags.append((name, value ?? ""))
+            }
+        }
+        if let configFile {
+            let bytes: [UInt8]
+            do { bytes = try OperatorFile.readRegularFile(configFile, limit: 65_536) } catch {
+                throw ConfigurationError("cannot read \(configFile): \(error.message)")
+            }
+            guard let text = String(validating: bytes, as: UTF8.self) else { throw ConfigurationError("\(configFile): not UTF-8") }
+            _ = try configuration.apply(file: text, name: configFile)
+        }
+        for (name, value) in flags { try configuration.set(name, value, origin: "--\(name)") }
+        try configuration.validate()
+        return configuration
+    }
+
+    private static func serve(_ arguments: [String], io: ServerIO) -> ServerExit {
+        if arguments.contains("--help") { io.standardOutput(help); return .success }
+        let configuration: ServerConfiguration
+        do { configuration = try self.configuration(arguments, environment: io.environment) } catch {
+            io.standardError("fingerly-server: \(error.message)\n")
+            return .configuration
+        }
+        let store: any IdentityStore
+        do { store = try openStore(path: configuration.database) } catch {
+            io.standardError("fingerly-server: cannot open the database \(configuration.database): \(error.message)\n")
+            return .unavailable
+        }
+        let engine: IdentityEngine
+        if let path = configuration.policy {
+            do { engine = IdentityEngine(store: store, policy: try .load(contentsOf: path)) } catch {
+                io.standardError("fingerly-server: \(error)\n")
+                return .configuration
+            }
+        } else {
+            engine = IdentityEngine(store: store, policy: .embedded())
+        }
+
+        // Blocked before libmicrohttpd's threads start so they inherit the mask: only sigwait
+        // below receives SIGTERM and SIGINT.
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        sigaddset(&signals, SIGTERM)
+        sigaddset(&signals, SIGINT)
+        pthread_sigmask(SIG_BLOCK, &signals, nil)
+
+        let server: RunningServer
+        do {
+            server = try RunningServer(configuration: configuration, store: store, engine: engine, log: io.standardError)
+        } catch {
+            io.standardError("fingerly-server: \(error.message)\n")
+            return .unavailable
+        }
+        var listening = configuration.listen
+        listening = ListenAddress(host: listening.host, port: server.port, isIPv6: listening.isIPv6)
+        io.standardError("fingerly-server: listening on \(configuration.tlsCertificate == nil ? "http" : "https")://\(listening)\n")
+
+        var received: Int32 = 0
+        while sigwait(&signals, &received) != 0 {}
+        io.standardError("fingerly-server: signal \(received), finishing requests in flight\n")
+        server.shutdown()
+        closeStore(store)
+        io.standardError("fingerly-server: stopped\n")
+        return .success
+    }
+}
+
+/// Unbuffered so stdout and stderr interleave in order; retries short writes and EINTR.
+func writeAll(_ text: String, to descriptor: Int32) {
+    var bytes = Array(text.utf8)[...]
+    while !bytes.isEmpty {
+        let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        if written < 0 && errno == EINTR { continue }
+        guard written > 0 else { return }
+        bytes = bytes.dropFirst(written)
     }
 }

@@ -4,4 +4,4 @@ import FingerlyServer
 import Glibc
 #endif
 
-exit(await FingerlyServerCommand.main())
+exit(FingerlyServerCommand.main())

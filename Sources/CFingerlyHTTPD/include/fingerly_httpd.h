@@ -1,6 +1,42 @@
 #ifndef FINGERLY_HTTPD_H
 #define FINGERLY_HTTPD_H
 
-// MHD_start_daemon is variadic: Swift cannot call it. Filled in by the server work.
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <microhttpd.h>
+
+// libmicrohttpd's start call, daemon and connection queries take their options as varargs,
+// which Swift cannot call: these wrappers take them as a struct and fixed arguments.
+
+struct fingerly_httpd_settings {
+    /// Where to listen: a sockaddr_in or sockaddr_in6 (port 0: the kernel picks one).
+    const struct sockaddr *address;
+    /// Worker threads, each with its own poll loop over its share of the connections.
+    unsigned int threads;
+    unsigned int connection_limit;
+    /// Seconds a connection may stay idle (a slow client) before it is closed.
+    unsigned int connection_timeout;
+    /// Bytes of per-connection memory, which bounds the request line and headers.
+    size_t connection_memory_limit;
+    /// PEM text of the certificate chain and its key, both NULL for plain HTTP.
+    const char *tls_certificate;
+    const char *tls_key;
+    int use_epoll;
+};
+
+/// Starts the daemon, or NULL (errno may say why). `handler` and `completed` receive `context`.
+struct MHD_Daemon *fingerly_httpd_start(const struct fingerly_httpd_settings *settings,
+                                        MHD_AccessHandlerCallback handler,
+                                        MHD_RequestCompletedCallback completed,
+                                        void *context);
+
+/// The port the daemon listens on (useful after asking for port 0), 0 when unknown.
+uint16_t fingerly_httpd_bound_port(struct MHD_Daemon *daemon);
+
+/// Whether this libmicrohttpd was built with HTTPS (GnuTLS).
+int fingerly_httpd_supports_tls(void);
 
 #endif

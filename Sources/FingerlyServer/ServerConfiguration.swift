@@ -1,0 +1,181 @@
+import FingerlyHost
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why a command line or configuration file cannot be used: said once, on stderr, exit 64 or 78.
+package struct ConfigurationError: Error, Sendable, Hashable {
+    package let message: String
+    package init(_ message: String) { self.message = message }
+}
+
+/// An address to listen on: IPv4 `a.b.c.d:port` or IPv6 `[addr]:port`. Port 0 lets the kernel pick.
+package struct ListenAddress: Sendable, Hashable, CustomStringConvertible {
+    package let host: String
+    package let port: UInt16
+    package let isIPv6: Bool
+
+    package static func parse(_ text: String) -> ListenAddress? {
+        let host: Substring, portText: Substring, isIPv6: Bool
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
+            host = text[text.index(after: text.startIndex)..<close]
+            portText = text[text.index(close, offsetBy: 2)...]
+            isIPv6 = true
+        } else {
+            guard let colon = text.lastIndex(of: ":") else { return nil }
+            host = text[..<colon]
+            portText = text[text.index(after: colon)...]
+            isIPv6 = false
+        }
+        guard (1...5).contains(portText.utf8.count), portText.utf8.allSatisfy({ (48...57).contains($0) }),
+              let port = UInt16(portText) else { return nil }
+        let address = ListenAddress(host: String(host), port: port, isIPv6: isIPv6)
+        guard address.withSocketAddress({ _, _ in true }) != nil else { return nil }
+        return address
+    }
+
+    /// Calls `body` with the binary socket address, or returns nil when the host is not a literal address.
+    package func withSocketAddress<Result>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> Result) -> Result? {
+        if isIPv6 {
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = port.bigEndian
+            guard inet_pton(AF_INET6, host, &address.sin6_addr) == 1 else { return nil }
+            return withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
+        }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else { return nil }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+    }
+
+    package var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// Everything `serve` can be told, from flags and a configuration file (flags win).
+package struct ServerConfiguration: Sendable, Hashable {
+    package var listen = ListenAddress(host: "127.0.0.1", port: 8080, isIPv6: false)
+    package var database: String
+    /// Largest request body; larger is 413 without buffering it.
+    package var bodyLimit = 1_048_576
+    /// Identify requests per public key per second (and event reads per secret key).
+    package var rateLimit = 100
+    /// Events older than this many days are purged at start and hourly; 0 keeps them forever.
+    package var retentionDays = 30
+    package var threads = 4
+    package var connectionLimit = 512
+    /// Seconds an idle or slow connection is kept.
+    package var connectionTimeout = 10
+    /// Per-connection memory (request line, headers, buffers): bounds the header size.
+    package var headerMemoryLimit = 32 * 1024
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    package var shutdownGrace = 20
+    /// Refuse unsigned identify requests (401 missing_signature) instead of recording them unsigned.
+    package var requireSignatures = false
+    package var tlsCertificate: String?
+    package var tlsKey: String?
+    package var policy: String?
+    /// Freshness window of a signature's `created`, seconds either way.
+    package var signatureWindow: Int64 = 300
+
+    package init(database: String) { self.database = database }
+
+    /// The database path when none is given: systemd's StateDirectory when set, else the conventional one.
+    package static func defaultDatabase(environment: [String: String]) -> String {
+        if let state = environment["STATE_DIRECTORY"], !state.isEmpty {
+            // StateDirectory= may list several, separated by ':'; the first is ours.
+            return String(state.split(separator: ":").first ?? Substring(state)) + "/fingerly-server.sqlite"
+        }
+        return "/var/lib/fingerly-server/fingerly-server.sqlite"
+    }
+
+    /// The keys a configuration file and `--flags` share.
+    package static let keys = ["listen", "database", "body-limit", "rate-limit", "retention-days", "threads",
+                               "connection-limit", "connection-timeout", "header-limit", "shutdown-grace",
+                               "require-signatures", "tls-cert", "tls-key", "policy"]
+
+    /// Applies one setting; `origin` names where it came from for the error.
+    package mutating func set(_ key: String, _ value: String, origin: String) throws(ConfigurationError) {
+        func number(_ range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
+            guard (1...10).contains(value.utf8.count), value.utf8.allSatisfy({ (48...57).contains($0) }),
+                  let number = Int(value), range.contains(number) else {
+                throw ConfigurationError("\(origin): \(key) must be an integer in \(range.lowerBound)...\(range.upperBound)")
+            }
+            return number
+        }
+        switch key {
+        case "listen":
+            guard let address = ListenAddress.parse(value) else {
+                throw ConfigurationError("\(origin): listen must be IPV4:PORT or [IPV6]:PORT with a literal address")
+            }
+            listen = address
+        case "database":
+            guard !value.isEmpty else { throw ConfigurationError("\(origin): database must not be empty") }
+            database = value
+        case "body-limit": bodyLimit = try number(1024...64 * 1_048_576)
+        case "rate-limit": rateLimit = try number(1...1_000_000)
+        case "retention-days": retentionDays = try number(0...36_500)
+        case "threads": threads = try number(1...256)
+        case "connection-limit": connectionLimit = try number(1...65_536)
+        case "connection-timeout": connectionTimeout = try number(1...3600)
+        case "header-limit": headerMemoryLimit = try number(4096...1_048_576)
+        case "shutdown-grace": shutdownGrace = try number(0...3600)
+        case "require-signatures":
+            switch value {
+            case "true", "yes", "1": requireSignatures = true
+            case "false", "no", "0": requireSignatures = false
+            default: throw ConfigurationError("\(origin): require-signatures must be true or false")
+            }
+        case "tls-cert": tlsCertificate = value
+        case "tls-key": tlsKey = value
+        case "policy": policy = value
+        default: throw ConfigurationError("\(origin): unknown setting '\(key)'")
+        }
+    }
+
+    /// The configuration file: UTF-8, one `key = value` per line, `#` starts a comment line,
+    /// blank lines ignored. Keys are those of the flags without `--`; each at most once; no
+    /// quoting (values are taken verbatim after trimming spaces). Anything else is an error
+    /// naming the line, so a typo never silently falls back to a default.
+    package mutating func apply(file text: String, name: String) throws(ConfigurationError) -> Set<String> {
+        var seen: Set<String> = []
+        var lineNumber = 0
+        // "\r\n" is one Character in Swift: it must end a line as "\n" does.
+        for rawLine in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
+            lineNumber += 1
+            let line = rawLine.trimmingSpaces
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            guard let equals = line.firstIndex(of: "=") else {
+                throw ConfigurationError("\(name):\(lineNumber): expected key = value")
+            }
+            let key = String(line[..<equals].trimmingSpaces)
+            let value = String(line[line.index(after: equals)...].trimmingSpaces)
+            guard Self.keys.contains(key) else { throw ConfigurationError("\(name):\(lineNumber): unknown setting '\(key)'") }
+            guard seen.insert(key).inserted else { throw ConfigurationError("\(name):\(lineNumber): '\(key)' is set twice") }
+            try set(key, value, origin: "\(name):\(lineNumber)")
+        }
+        return seen
+    }
+
+    /// Whether settings that must come together do.
+    package func validate() throws(ConfigurationError) {
+        if (tlsCertificate == nil) != (tlsKey == nil) {
+            throw ConfigurationError("tls-cert and tls-key come together")
+        }
+    }
+}
+
+extension Substring {
+    var trimmingSpaces: Substring {
+        var text = self
+        while let first = text.first, first == " " || first == "\t" || first == "\r" { text = text.dropFirst() }
+        while let last = text.last, last == " " || last == "\t" || last == "\r" { text = text.dropLast() }
+        return text
+    }
+}

@@ -1,0 +1,81 @@
+import Synchronization
+
+/// Counters for `GET /metrics`, in the Prometheus text exposition format (version 0.0.4). Per
+/// process: a scraper adds up the processes itself, as it does for any horizontally run service.
+package final class ServerMetrics: Sendable {
+    /// Latency bucket bounds, seconds: the identify target is a p99 under 25 ms.
+    static let bucketBounds: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+
+    private struct State {
+        var requests: [String: [Int: Int]] = [:]
+        var buckets: [String: [Int]] = [:]
+        var latencySum: [String: Double] = [:]
+        var latencyCount: [String: Int] = [:]
+        var aborted = 0
+        var storeErrors = 0
+        var signatures: [String: Int] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    package init() {}
+
+    package func record(route: String, status: Int, seconds: Double) {
+        state.withLock { state in
+            guard status != 0 else { state.aborted += 1; return }
+            state.requests[route, default: [:]][status, default: 0] += 1
+            var buckets = state.buckets[route] ?? Array(repeating: 0, count: Self.bucketBounds.count)
+            for (index, bound) in Self.bucketBounds.enumerated() where seconds <= bound { buckets[index] += 1 }
+            state.buckets[route] = buckets
+            state.latencySum[route, default: 0] += seconds
+            state.latencyCount[route, default: 0] += 1
+        }
+    }
+
+    package func storeError() { state.withLock { $0.storeErrors += 1 } }
+
+    /// `verified`, `unsigned`, or the reason a signature was refused.
+    package func signature(_ outcome: String) { state.withLock { $0.signatures[outcome, default: 0] += 1 } }
+
+    package var storeErrors: Int { state.withLock { $0.storeErrors } }
+
+    package func exposition(inFlight: Int) -> String {
+        state.withLock { state in
+            var lines: [String] = []
+            lines.append("# HELP fingerly_http_requests_total Requests answered, by route and status.")
+            lines.append("# TYPE fingerly_http_requests_total counter")
+            for route in state.requests.keys.sorted() {
+                for (status, count) in state.requests[route, default: [:]].sorted(by: { $0.key < $1.key }) {
+                    lines.append("fingerly_http_requests_total{route=\"\(route)\",status=\"\(status)\"} \(count)")
+                }
+            }
+            lines.append("# HELP fingerly_http_request_duration_seconds Time from the request head to the end of the answer.")
+            lines.append("# TYPE fingerly_http_request_duration_seconds histogram")
+            for route in state.buckets.keys.sorted() {
+                let buckets = state.buckets[route, default: []]
+                for (index, bound) in Self.bucketBounds.enumerated() {
+                    lines.append("fingerly_http_request_duration_seconds_bucket{route=\"\(route)\",le=\"\(bound)\"} \(buckets[index])")
+                }
+                let count = state.latencyCount[route, default: 0]
+                lines.append("fingerly_http_request_duration_seconds_bucket{route=\"\(route)\",le=\"+Inf\"} \(count)")
+                lines.append("fingerly_http_request_duration_seconds_sum{route=\"\(route)\"} \(state.latencySum[route, default: 0])")
+                lines.append("fingerly_http_request_duration_seconds_count{route=\"\(route)\"} \(count)")
+            }
+            lines.append("# HELP fingerly_http_requests_aborted_total Requests that ended without an answer (timeout, client gone).")
+            lines.append("# TYPE fingerly_http_requests_aborted_total counter")
+            lines.append("fingerly_http_requests_aborted_total \(state.aborted)")
+            lines.append("# HELP fingerly_http_requests_in_flight Requests being read or answered.")
+            lines.append("# TYPE fingerly_http_requests_in_flight gauge")
+            lines.append("fingerly_http_requests_in_flight \(inFlight)")
+            lines.append("# HELP fingerly_store_errors_total Store operations that failed (the request got 500 or 503).")
+            lines.append("# TYPE fingerly_store_errors_total counter")
+            lines.append("fingerly_store_errors_total \(state.storeErrors)")
+            lines.append("# HELP fingerly_identify_signatures_total Identify requests by signature outcome.")
+            lines.append("# TYPE fingerly_identify_signatures_total counter")
+            for (outcome, count) in state.signatures.sorted(by: { $0.key < $1.key }) {
+                lines.append("fingerly_identify_signatures_total{outcome=\"\(outcome)\"} \(count)")
+            }
+            return lines.joined(separator: "\n") + "\n"
+        }
+    }
+}

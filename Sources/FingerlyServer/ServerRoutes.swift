@@ -1,0 +1,256 @@
+import FingerlyEngine
+import FingerlyStore
+import FingerlyTransport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The routes of docs/api.md plus the operator's two: authentication, rate limits, signatures,
+/// then the engine. Knows nothing of libmicrohttpd.
+package final class ServerRoutes: HTTPApplication, Sendable {
+    package let configuration: ServerConfiguration
+    package let store: any IdentityStore
+    package let engine: IdentityEngine
+    package let metrics: ServerMetrics
+    /// One line per request (method, route, status, milliseconds); never a key or a body.
+    private let log: @Sendable (String) -> Void
+    /// Unix seconds; a test may freeze it.
+    private let clock: @Sendable () -> Int64
+    /// Set by whoever owns the HTTP server, for the in-flight gauge.
+    private let inFlight: @Sendable () -> Int
+
+    package init(configuration: ServerConfiguration, store: any IdentityStore, engine: IdentityEngine, metrics: ServerMetrics,
+                 log: @escaping @Sendable (String) -> Void, clock: @escaping @Sendable () -> Int64 = { Int64(time(nil)) },
+                 inFlight: @escaping @Sendable () -> Int = { 0 }) {
+        self.configuration = configuration
+        self.store = store
+        self.engine = engine
+        self.metrics = metrics
+        self.log = log
+        self.clock = clock
+        self.inFlight = inFlight
+    }
+
+    package var bodyLimit: Int { configuration.bodyLimit }
+
+    private enum Route: String {
+        case identify, events, healthz, metrics, unknown
+
+        init(path: String) {
+            switch path {
+            case "/v1/identify": self = .identify
+            case "/healthz": self = .healthz
+            case "/metrics": self = .metrics
+            case _ where path.hasPrefix("/v1/events/"): self = .events
+            default: self = .unknown
+            }
+        }
+
+        var method: String { self == .identify ? "POST" : "GET" }
+    }
+
+    package func respond(toHead head: HTTPRequestHead) -> HTTPResponse? {
+        let route = Route(path: head.path)
+        if route == .unknown { return .error(404, "not_found", "No such route.") }
+        guard head.method == route.method else {
+            return .error(405, "method_not_allowed", "\(route.method) only.", headers: [("Allow", route.method)])
+        }
+        return route == .identify ? nil : respond(to: head, body: [])
+    }
+
+    package func respond(to head: HTTPRequestHead, body: [UInt8]) -> HTTPResponse {
+        switch Route(path: head.path) {
+        case .identify: identify(head, body)
+        case .events: event(head)
+        case .healthz: health()
+        case .metrics: HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")],
+                                    body: Array(metrics.exposition(inFlight: inFlight()).utf8))
+        case .unknown: .error(404, "not_found", "No such route.")
+        }
+    }
+
+    package func finished(_ head: HTTPRequestHead, status: Int, seconds: Double) {
+        let route = Route(path: head.path).rawValue
+        metrics.record(route: route, status: status, seconds: seconds)
+        let milliseconds = (seconds * 10_000).rounded() / 10
+        log("\(head.method.prefix(16)) \(route) \(status == 0 ? "aborted" : String(status)) \(milliseconds)ms\n")
+    }
+
+    // MARK: identify
+
+    private func identify(_ head: HTTPRequestHead, _ body: [UInt8]) -> HTTPResponse {
+        let now = clock()
+        guard let key = bearer(head), key.kind == .publicKey else {
+            return .error(401, "invalid_key", "Identify needs a public key: Authorization: Bearer fly_pk_….")
+        }
+        let admitted: Admission
+        do throws(StoreError) {
+            admitted = try store.transaction { tx throws(StoreError) -> Admission in
+                guard let record = try tx.key(publicKey: key.text), !record.revoked else {
+                    return .refused(.error(401, "invalid_key", "The key is unknown or revoked."))
+                }
+                guard let organization = try tx.organization(named: record.organization), !organization.suspended else {
+                    return .refused(.error(402, "organization_not_accepting", "The organization is not accepting traffic."))
+                }
+                if let limited = try rateLimited(tx, bucket: "identify:" + key.text, now: now) { return .refused(limited) }
+                return .admitted(record.organization)
+            }
+        } catch {
+            return storeFailure(error)
+        }
+        let organization: String
+        switch admitted {
+        case .refused(let response): return response
+        case .admitted(let name): organization = name
+        }
+
+        let idempotencyFields = head.values("idempotency-key")
+        guard idempotencyFields.count == 1, let idempotencyKey = Self.structuredString(idempotencyFields[0]) else {
+            return .error(400, "bad_request", "Idempotency-Key must appear once, as a quoted string (\"…\").")
+        }
+
+        var deviceKeyID: String?
+        let signatureFields = ["signature", "signature-input", "fingerly-device-key"]
+        if signatureFields.contains(where: { !head.values($0).isEmpty }) {
+            do {
+                let verified = try MessageSignature.verify(method: head.method, path: head.path, fields: head.fields, body: body,
+                                                           now: now, window: configuration.signatureWindow)
+                deviceKeyID = verified.keyID
+                metrics.signature("verified")
+            } catch {
+                return signatureFailure(error)
+            }
+        } else {
+            if configuration.requireSignatures {
+                metrics.signature("missing")
+                return .error(401, "missing_signature", "This server requires signed requests (RFC 9421).")
+            }
+            let digests = head.values("content-digest")
+            if !digests.isEmpty {
+                guard digests.count == 1, Substring(digests[0]).trimmingSpaces == ContentDigest.fieldValue(for: body) else {
+                    return .error(400, "bad_request", "Content-Digest does not match the body.")
+                }
+            }
+            metrics.signature("unsigned")
+        }
+
+        let answer = engine.identify(organization: organization, idempotencyKey: idempotencyKey, body: body, deviceKeyID: deviceKeyID,
+                                     signatureVerified: deviceKeyID != nil, now: now)
+        if answer.status >= 500 { metrics.storeError() }
+        return .json(answer.status, answer.body, headers: answer.status == 503 ? [("Retry-After", "1")] : [])
+    }
+
+    private func signatureFailure(_ error: SignatureVerificationError) -> HTTPResponse {
+        switch error {
+        case .digestMismatch:
+            metrics.signature("digest_mismatch")
+            return .error(400, "bad_request", "Content-Digest does not match the body.")
+        case .createdInFuture, .createdTooOld:
+            metrics.signature("stale")
+            return .error(401, "stale_signature", "The signature's created time is outside the server's window.")
+        case .missingField(let name):
+            metrics.signature("invalid")
+            return .error(401, "invalid_signature", "The signature is incomplete: no \(name) field.")
+        default:
+            metrics.signature("invalid")
+            return .error(401, "invalid_signature", "The request signature does not verify.")
+        }
+    }
+
+    /// The inner text of an sf-string without escapes: `"` printable ASCII `"`, 1–255 characters.
+    static func structuredString(_ field: String) -> String? {
+        let bytes = Array(Substring(field).trimmingSpaces.utf8)
+        guard (3...257).contains(bytes.count), bytes.first == UInt8(ascii: "\""), bytes.last == UInt8(ascii: "\"") else { return nil }
+        let inner = bytes.dropFirst().dropLast()
+        guard inner.allSatisfy({ (0x20...0x7E).contains($0) && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) else { return nil }
+        return String(decoding: inner, as: UTF8.self)
+    }
+
+    // MARK: events
+
+    private func event(_ head: HTTPRequestHead) -> HTTPResponse {
+        let now = clock()
+        guard let key = bearer(head) else {
+            return .error(401, "invalid_key", "Reading events needs a secret key: Authorization: Bearer fly_sk_….")
+        }
+        let requestId = String(head.path.dropFirst("/v1/events/".count))
+        let admitted: Admission
+        do throws(StoreError) {
+            admitted = try store.transaction { tx throws(StoreError) -> Admission in
+                if key.kind == .publicKey {
+                    guard let record = try tx.key(publicKey: key.text), !record.revoked else {
+                        return .refused(.error(401, "invalid_key", "The key is unknown or revoked."))
+                    }
+                    return .refused(.error(403, "forbidden", "A public key cannot read events; use the secret key."))
+                }
+                let hash = ServerKey.secretHash(key.text)
+                guard let record = try tx.key(secretKeyHash: hash), ServerKey.constantTimeEqual(record.secretKeyHash, hash),
+                      !record.revoked, record.organization == key.organization else {
+                    return .refused(.error(401, "invalid_key", "The key is unknown or revoked."))
+                }
+                if let limited = try rateLimited(tx, bucket: "events:" + Self.hex(hash.prefix(16)), now: now) { return .refused(limited) }
+                return .admitted(record.organization)
+            }
+        } catch {
+            return storeFailure(error)
+        }
+        switch admitted {
+        case .refused(let response): return response
+        case .admitted(let organization):
+            guard (1...128).contains(requestId.utf8.count), requestId.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != 0x2F }) else {
+                return .error(404, "not_found", "No event with this requestId.")
+            }
+            let answer = engine.event(requestId: requestId, organization: organization)
+            if answer.status >= 500 { metrics.storeError() }
+            return .json(answer.status, answer.body)
+        }
+    }
+
+    // MARK: shared
+
+    private func bearer(_ head: HTTPRequestHead) -> ServerKey? {
+        let fields = head.values("authorization")
+        guard fields.count == 1 else { return nil }
+        let value = Substring(fields[0]).trimmingSpaces
+        guard value.count > 7, value.prefix(7).lowercased() == "bearer " else { return nil }
+        return ServerKey(String(value.dropFirst(7).trimmingSpaces))
+    }
+
+    /// Counts this request in the store's per-second window: a shared counter, so several
+    /// server processes on one database enforce one limit together.
+    private func rateLimited(_ tx: any StoreTransaction, bucket: String, now: Int64) throws(StoreError) -> HTTPResponse? {
+        let count = try tx.incrementCounter(bucket: bucket, window: now)
+        guard count > configuration.rateLimit else { return nil }
+        return .error(429, "rate_limited", "More than \(configuration.rateLimit) requests per second for this key.",
+                      headers: [("Retry-After", "1")])
+    }
+
+    private func storeFailure(_ error: StoreError) -> HTTPResponse {
+        metrics.storeError()
+        return error.isTransient
+            ? .error(503, "unavailable", "The store is busy; retry.", headers: [("Retry-After", "1")])
+            : .error(500, "internal", "The server failed.")
+    }
+
+    private func health() -> HTTPResponse {
+        do {
+            _ = try store.transaction { tx throws(StoreError) in try tx.organization(named: "-") }
+            return .json(200, Array(#"{"status":"ok"}"#.utf8))
+        } catch {
+            metrics.storeError()
+            return .error(503, "unavailable", "The store is not reachable.")
+        }
+    }
+
+    private enum Admission {
+        case admitted(String)
+        case refused(HTTPResponse)
+    }
+
+    static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        for byte in bytes { out.append(digits[Int(byte >> 4)]); out.append(digits[Int(byte & 15)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

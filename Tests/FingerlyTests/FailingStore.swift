@@ -1,0 +1,18 @@
+import Foundation
+@testable import FingerlyStore
+
+/// A real store that can be told to fail every transaction, as a database gone away would.
+final class FailingStore: IdentityStore, @unchecked Sendable {
+    let base: any IdentityStore
+    private let lock = NSLock()
+    private var failure: StoreError?
+
+    init(_ base: any IdentityStore) { self.base = base }
+
+    func fail(with error: StoreError?) { lock.withLock { failure = error } }
+
+    func transaction<Result>(_ body: (any StoreTransaction) throws(StoreError) -> Result) throws(StoreError) -> Result {
+        if let failure = lock.withLock({ failure }) { throw failure }
+        return try base.transaction(body)
+    }
+}
