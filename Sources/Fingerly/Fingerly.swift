@@ -30,6 +30,10 @@ public final class Fingerly: Sendable {
     let signingKey = Mutex<DeviceKey?>(nil)
     /// One flush at a time in this process (the outbox's lock keeps other processes out).
     let flushGate = Mutex<Void>(())
+    /// The engine of the local mode, opened on first use.
+    let localEngineCache = Mutex<IdentityEngine?>(nil)
+    /// Whether the caller named an endpoint (then there is no local mode: a server is meant).
+    let endpointWasGiven: Bool
     /// The deferred tier collected ahead of time (`FingerlyOptions.prefetch`).
     let prefetched = Mutex<Prefetched?>(nil)
     /// Without an API key, the key is the installation secret, found (or created) on the first
@@ -159,6 +163,7 @@ public final class Fingerly: Sendable {
         region = apiKey?.region ?? .us
         // "" uses the region's origin; a non-empty endpoint (a self-hosted server, a proxy) replaces it.
         self.endpoint = endpoint.isEmpty ? region.origin : endpoint
+        endpointWasGiven = !endpoint.isEmpty
         self.schedule = schedule
         self.options = options
         self.apiKey = apiKey
@@ -226,11 +231,14 @@ public final class Fingerly: Sendable {
     package func identifyReportingFailure(tag: String? = nil, tiers: Set<Tier>? = nil) async throws -> (IdentifyResult, TransportError?) {
         // Consent speaks first: a caller whose user has not agreed learns that, not a detail of transport.
         try requireConsent()
-        guard apiKey != nil else {
-            throw FingerlyError.invalidConfiguration(field: "apiKey", reason: "submitting needs an API key; pass one to load, or identify with submit: false")
+        guard apiKey != nil || resolvesLocally else {
+            throw FingerlyError.invalidConfiguration(field: "apiKey", reason: "submitting to an endpoint needs an API key; pass one to load, or identify with submit: false")
         }
         let report = try await collectReusingPrefetch(tag: tag, tiers: tiers ?? schedule.tiers)
         let verdicts = Verdicts(engine.evaluate(report))
+        if resolvesLocally {
+            return (try await offCooperativePool { self.resolveLocallyBlocking(report, verdicts: verdicts) }.get(), nil)
+        }
         return await offCooperativePool { self.submitBlocking(report, verdicts: verdicts) }
     }
 

@@ -123,10 +123,16 @@ public struct IdentifyResult: Sendable, Codable {
     /// sent them, else this process's own.
     static func enriched(_ answer: IdentifyAnswer, report: SignalReport, localVerdicts: Verdicts, policy: Policy,
                          request: SubmissionRequest) -> IdentifyResult {
+        resolved(answer, state: .enriched, report: report, localVerdicts: localVerdicts, policy: policy, request: request)
+    }
+
+    /// A result the server (`enriched`) or this process's engine (`local`) resolved.
+    static func resolved(_ answer: IdentifyAnswer, state: State, report: SignalReport, localVerdicts: Verdicts, policy: Policy,
+                         request: SubmissionRequest?) -> IdentifyResult {
         IdentifyResult(
             requestId: answer.requestId, visitorId: answer.visitorId, visitorIsNew: answer.visitorIsNew,
             visitorConfidence: answer.visitorConfidence, identifiable: answer.identifiable, duplicate: answer.duplicate,
-            state: .enriched, suspectScore: answer.suspectScore, suspectLevel: answer.suspectLevel,
+            state: state, suspectScore: answer.suspectScore, suspectLevel: answer.suspectLevel,
             triggers: answer.triggers ?? [], verdicts: localVerdicts.keepingWhatWasSeenHere(over: answer.verdicts),
             environment: HostEnvironment(report),
             policy: answer.policy ?? policy.name, report: report, request: request)

@@ -15,10 +15,14 @@ package enum FingerlyIdentify {
                fingerly-identify consent [granted|pending|denied] [--state-dir DIR]
                fingerly-identify flush [--json] [key and connection options]
                fingerly-identify reset [--state-dir DIR]
+               fingerly-identify events show REQUEST_ID [--state-dir DIR]
+               fingerly-identify visitors [--json] [--limit N] [--state-dir DIR]
                fingerly-identify probes [--json]
 
         Collects device and integrity signals from this Linux host (or a root tree), applies the
         verdict policy, prints the result and, when an API key is configured, submits the report.
+        With no key and no endpoint, the visitor is resolved here, against a SQLite store in the
+        state directory (state: local); `events show` and `visitors` read that store.
         Raw identifiers are only ever sent and shown hashed.
 
         OPTIONS:
@@ -133,6 +137,10 @@ package enum FingerlyIdentify {
                 let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: StateCommands.Flush.flags, options: StateCommands.Flush.options)
                 if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
                 return await (try StateCommands.Flush(parsed, environment: io.environment)).run(io).rawValue
+            case "events"?, "visitors"?:
+                let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: LocalStoreCommands.flags, options: LocalStoreCommands.options)
+                if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
+                return await (try LocalStoreCommands.run(arguments[0], parsed, io)).rawValue
             case "reset"?:
                 let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: StateCommands.Reset.flags, options: StateCommands.Reset.options)
                 if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }

@@ -139,9 +139,11 @@ struct IdentifyCommand {
             io.standardError("fingerly-identify: --root \(Self.shown(root)): not a directory\n")
             return .dataError
         }
-        let submitting = !noSubmit && connection.apiKey != nil
-        if !noSubmit && !submitting {
-            io.standardError("fingerly-identify: no API key (FINGERLY_API_KEY, --api-key-file): judged here, nothing sent\n")
+        // No key and no endpoint: the embedded local mode resolves the visitor in this process.
+        let submitting = !noSubmit
+        if submitting && connection.apiKey == nil && !connection.endpoint.isEmpty {
+            io.standardError("fingerly-identify: --endpoint needs an API key (FINGERLY_API_KEY, --api-key-file); without both, the visitor is resolved here\n")
+            return .usage
         }
         let result: IdentifyResult
         var failure: TransportError?
@@ -160,7 +162,7 @@ struct IdentifyCommand {
             if submitting {
                 (result, failure) = try await fingerly.identifyReportingFailure(tag: tag, tiers: tiers)
                 // The server answered: whatever an earlier run queued can go now.
-                if failure == nil {
+                if failure == nil, connection.apiKey != nil {
                     let flushed = try await fingerly.flush()
                     if flushed.delivered + flushed.dropped > 0 {
                         io.standardError("fingerly-identify: earlier queued reports: \(flushed.delivered) delivered, \(flushed.dropped) dropped, \(flushed.remaining) remaining\n")

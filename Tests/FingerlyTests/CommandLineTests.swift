@@ -102,13 +102,41 @@ import Testing
         #expect(try runProcess(installed, ["probes"]).standardOutput.contains("machine-identity  [fast"))
     }
 
-    @Test func withoutAKeyItJudgesHereSaysSoAndSendsNothing() throws {
-        // No key anywhere and an endpoint nobody listens on: had it tried to send, it would exit 75 or 74.
+    @Test func anEndpointWithoutAKeyIsAUsageErrorAndNothingIsSent() throws {
+        // An endpoint nobody listens on: had it tried to send, it would exit 75 or 74.
         let run = try runCLI(["--root", TestPaths.fixture("laptop-baremetal"), "--tiers", "fast", "--json", "--endpoint", "http://127.0.0.1:9"],
                              removing: ["FINGERLY_API_KEY"])
-        #expect(run.status == 0, "\(run.standardError)")
-        #expect(run.standardError.contains("no API key"))
-        #expect(try run.identifyResult().state == .collected)
+        #expect(run.status == 64, "\(run.standardError)")
+        #expect(run.standardError.contains("needs an API key"))
+        #expect(run.standardOutput.isEmpty)
+    }
+
+    @Test func withNeitherKeyNorEndpointTheVisitorIsResolvedHere() throws {
+        let state = try TestPaths.temporaryDirectory("local-mode")
+        let environment = ProcessInfo.processInfo.environment.merging(["FINGERLY_STATE_DIR": state]) { $1 }
+        let arguments = ["--root", TestPaths.fixture("laptop-baremetal"), "--tiers", "fast", "--json"]
+        // --no-submit reads the probes and keeps nothing of the local mode.
+        let dry = try runCLI(arguments + ["--no-submit"], environment: environment, removing: ["FINGERLY_API_KEY", "FINGERLY_ENDPOINT"])
+        #expect(dry.status == 0 && !FileManager.default.fileExists(atPath: state + "/local.sqlite"), "\(dry.standardError)")
+
+        let first = try runCLI(arguments, environment: environment, removing: ["FINGERLY_API_KEY", "FINGERLY_ENDPOINT"])
+        #expect(first.status == 0, "\(first.standardError)")
+        let firstResult = try first.identifyResult()
+        #expect(firstResult.state == .local && firstResult.visitorIsNew == true)
+        let second = try runCLI(arguments, environment: environment, removing: ["FINGERLY_API_KEY", "FINGERLY_ENDPOINT"])
+        let secondResult = try second.identifyResult()
+        #expect(secondResult.state == .local && secondResult.visitorIsNew == false)
+        #expect(secondResult.visitorId == firstResult.visitorId && secondResult.visitorId != nil)
+        #expect((secondResult.visitorConfidence ?? 0) >= 90)
+        #expect(secondResult.requestId != firstResult.requestId)
+
+        let event = try runCLI(["events", "show", secondResult.requestId], environment: environment)
+        #expect(event.status == 0, "\(event.standardError)")
+        #expect(event.standardOutput.contains(secondResult.requestId) && event.standardOutput.contains(secondResult.visitorId ?? "-"))
+        let unknown = try runCLI(["events", "show", "req_unknown"], environment: environment)
+        #expect(unknown.status == 65)
+        let visitors = try runCLI(["visitors"], environment: environment)
+        #expect(visitors.status == 0 && visitors.standardOutput.contains(firstResult.visitorId ?? "-"))
     }
 
     @Test func helpVersionAndProbes() throws {

@@ -240,10 +240,11 @@ let hostExpectations: [HostExpectation] = [
         let log = HostAccessLog()
         var options = FingerlyOptions(root: TestPaths.fixture("laptop-baremetal"))
         options.accessLog = log
-        let fingerly = try Fingerly.loadBlocking(apiKey: nil, consent: .granted, options: options)
+        // An endpoint is a server, which needs a key (without both, the local mode resolves here).
+        let fingerly = try Fingerly.loadBlocking(apiKey: nil, endpoint: "https://fp.example.com", consent: .granted, options: options)
         do {
             _ = try await fingerly.identify()
-            Issue.record("identify(submit: true) without a key went through")
+            Issue.record("identify(submit: true) to an endpoint without a key went through")
         } catch let error as FingerlyError {
             guard case .invalidConfiguration(let field, _) = error else { Issue.record("\(error)"); return }
             #expect(field == "apiKey")

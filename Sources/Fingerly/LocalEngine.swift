@@ -1,0 +1,79 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import FoundationEssentials
+import FingerlyEngine
+import FingerlyModel
+import FingerlyStore
+
+/// The embedded local mode: with no API key and no endpoint, `identify` resolves the visitor
+/// in this process with the server's own engine, against SQLite in the state directory.
+extension Fingerly {
+    /// The organization every local visitor and event belongs to.
+    package static let localOrganization = "local"
+    static let localDatabaseName = "local.sqlite"
+
+    /// Whether `identify` resolves here rather than submitting.
+    var resolvesLocally: Bool { apiKey == nil && !endpointWasGiven }
+
+    /// The engine over this installation's local store; opened on first use.
+    func localEngine() throws(FingerlyError) -> IdentityEngine {
+        try localEngineCache.withLock { (cached) throws(FingerlyError) -> IdentityEngine in
+            if let cached { return cached }
+            guard let directory = stateDirectory else {
+                throw .invalidConfiguration(field: "options.stateDirectory",
+                                            reason: "the local mode keeps its visitors in a state directory, and none can be named")
+            }
+            if let problem = StateDirectory.makeDirectories(directory) {
+                throw .invalidConfiguration(field: "options.stateDirectory", reason: problem)
+            }
+            do {
+                let store = try SQLiteStore(path: directory + "/" + Self.localDatabaseName)
+                _ = try store.transaction { (tx) throws(StoreError) in try tx.ensureOrganization(named: Self.localOrganization, now: Int64(time(nil))) }
+                let engine = IdentityEngine(store: store, policy: policy)
+                cached = engine
+                return engine
+            } catch {
+                throw .invalidConfiguration(field: "options.stateDirectory", reason: "the local store cannot be opened: \(error)")
+            }
+        }
+    }
+
+    /// Resolves a collected report here: the same body a server would get, the same engine.
+    func resolveLocallyBlocking(_ report: SignalReport, verdicts: Verdicts) -> Result<IdentifyResult, FingerlyError> {
+        let engine: IdentityEngine
+        do { engine = try localEngine() } catch { return .failure(error) }
+        let prepared: PreparedSubmission
+        do {
+            prepared = try prepareSubmission(report)
+        } catch {
+            return .failure(.invalidConfiguration(field: "report", reason: error.message))
+        }
+        let answer = engine.identify(organization: Self.localOrganization, idempotencyKey: prepared.outgoing.idempotencyKey,
+                                     body: prepared.outgoing.body, deviceKeyID: nil, signatureVerified: false,
+                                     now: prepared.outgoing.createdAt)
+        guard answer.status == 200, let decoded = try? JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(answer.body)) else {
+            let said = (try? JSONDecoder.fingerly.decode(WireError.self, from: Data(answer.body)))?.error.message ?? "HTTP \(answer.status)"
+            return .failure(.invalidConfiguration(field: "options.stateDirectory", reason: "the local engine refused the report: \(said)"))
+        }
+        return .success(IdentifyResult.resolved(decoded, state: .local, report: report, localVerdicts: verdicts, policy: policy,
+                                                request: nil))
+    }
+
+    /// A stored local event, as `GET /v1/events/{requestId}` would return it; nil when unknown.
+    package func localEvent(requestId: String) throws(FingerlyError) -> [UInt8]? {
+        let answer = try localEngine().event(requestId: requestId, organization: Self.localOrganization)
+        return answer.status == 200 ? answer.body : nil
+    }
+
+    /// The visitors of the local store, most recently seen first.
+    package func localVisitors(limit: Int) throws(FingerlyError) -> [VisitorSummary] {
+        do {
+            return try localEngine().visitors(organization: Self.localOrganization, limit: limit)
+        } catch let error as FingerlyError {
+            throw error
+        } catch {
+            throw .invalidConfiguration(field: "options.stateDirectory", reason: "the local store cannot be read: \(error)")
+        }
+    }
+}

@@ -1,0 +1,54 @@
+import Fingerly
+import FoundationEssentials
+
+/// `events show REQUEST_ID` and `visitors`: what the embedded local mode stored.
+enum LocalStoreCommands {
+    static let flags: Set<String> = ["help", "json"]
+    static let options: Set<String> = ["state-dir", "limit"]
+
+    static func run(_ subcommand: String, _ arguments: ParsedArguments, _ io: CommandIO) async throws(UsageError) -> ExitCode {
+        let directory = arguments["state-dir"] ?? io.environment["FINGERLY_STATE_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+        if let directory, !directory.hasPrefix("/") {
+            throw UsageError("--state-dir needs an absolute path, got '\(IdentifyCommand.shown(directory))'")
+        }
+        guard let state = directory ?? FingerlyOptions.defaultStateDirectory(environment: io.environment) else {
+            io.standardError("fingerly-identify: no state directory can be named; give --state-dir or FINGERLY_STATE_DIR\n")
+            return .usage
+        }
+        let limit = try arguments.integer("limit", in: 1...1000) ?? 100
+        if case .failure(let code) = StateCommands.operatorConsent(state, io) { return code }
+        var options = FingerlyOptions(stateDirectory: state)
+        options.flushInBackground = false
+        do {
+            let fingerly = try await Fingerly.load(options: options)
+            switch subcommand {
+            case "events":
+                guard arguments.positionals.count == 2, arguments.positionals[0] == "show" else {
+                    throw UsageError("usage: fingerly-identify events show REQUEST_ID")
+                }
+                guard let event = try fingerly.localEvent(requestId: arguments.positionals[1]) else {
+                    io.standardError("fingerly-identify: no local event \(IdentifyCommand.shown(arguments.positionals[1]))\n")
+                    return .dataError
+                }
+                io.standardOutput(String(decoding: event, as: UTF8.self) + "\n")
+            default:
+                if let extra = arguments.positionals.first { throw UsageError("unexpected argument '\(IdentifyCommand.shown(extra))'") }
+                let visitors = try fingerly.localVisitors(limit: limit)
+                if arguments.has("json") {
+                    io.standardOutput(String(decoding: try JSONEncoder.fingerly.encode(visitors), as: UTF8.self) + "\n")
+                } else {
+                    for visitor in visitors {
+                        io.standardOutput("\(visitor.visitorId)  first \(visitor.firstSeen)  last \(visitor.lastSeen)  "
+                            + "\(visitor.identifiable ? "identifiable" : "not identifiable"), \(visitor.components) components\n")
+                    }
+                    if visitors.isEmpty { io.standardOutput("no visitors yet: run fingerly-identify (without --no-submit) first\n") }
+                }
+            }
+            return .success
+        } catch let error as UsageError {
+            throw error
+        } catch {
+            return ExitCode.failure(error, io)
+        }
+    }
+}
