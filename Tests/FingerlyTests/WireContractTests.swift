@@ -10,12 +10,14 @@ import Testing
     static let apiText = (try? String(contentsOfFile: TestPaths.packageRoot + "/docs/api.md", encoding: .utf8)) ?? ""
     static let openAPIText = (try? String(contentsOfFile: TestPaths.packageRoot + "/docs/openapi.yaml", encoding: .utf8)) ?? ""
 
-    /// The codes the lead's wire decisions name, with their statuses (422 carries two).
+    /// The codes of the wire contract, with their statuses (401 carries four): the lead's decisions,
+    /// the server's signature and method answers, and issue 12's 400 for an invalid report.
     static let decidedCodes: Set<StatusCode> = [
-        StatusCode(400, "bad_request"), StatusCode(401, "invalid_key"), StatusCode(402, "organization_not_accepting"),
-        StatusCode(403, "forbidden"), StatusCode(404, "not_found"), StatusCode(408, "request_timeout"),
-        StatusCode(409, "request_in_progress"), StatusCode(413, "payload_too_large"),
-        StatusCode(422, "idempotency_key_reused"), StatusCode(422, "invalid_report"), StatusCode(429, "rate_limited"),
+        StatusCode(400, "bad_request"), StatusCode(401, "invalid_key"), StatusCode(401, "invalid_signature"),
+        StatusCode(401, "stale_signature"), StatusCode(401, "missing_signature"), StatusCode(402, "organization_not_accepting"),
+        StatusCode(403, "forbidden"), StatusCode(404, "not_found"), StatusCode(405, "method_not_allowed"),
+        StatusCode(408, "request_timeout"), StatusCode(409, "request_in_progress"), StatusCode(413, "payload_too_large"),
+        StatusCode(422, "idempotency_key_reused"), StatusCode(429, "rate_limited"),
         StatusCode(500, "internal"), StatusCode(503, "unavailable"),
     ]
 
