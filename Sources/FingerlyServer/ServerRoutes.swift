@@ -50,6 +50,11 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     }
 
     package func respond(toHead head: HTTPRequestHead) -> HTTPResponse? {
+        // libmicrohttpd frames the body by the first Content-Length and keeps the rest; two
+        // lengths, or two Hosts, are how a request smuggled past a proxy looks (RFC 9112 §6.3, §3.2).
+        if head.values("content-length").count > 1 || head.values("host").count > 1 {
+            return .error(400, "bad_request", "Content-Length and Host may appear at most once.")
+        }
         let route = Route(path: head.path)
         if route == .unknown { return .error(404, "not_found", "No such route.") }
         guard head.method == route.method else {
