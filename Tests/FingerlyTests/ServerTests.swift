@@ -434,6 +434,8 @@ final class ServerProcess {
     let pid: pid_t
     let port: UInt16
     let standardError: Locked<String>
+    /// Signalled when the server's stderr reaches its end: what it said last is then all read.
+    private let readerDone = DispatchSemaphore(value: 0)
     var client: RawClient { RawClient(port: port) }
 
     init(database: String, arguments: [String] = []) throws {
@@ -466,6 +468,7 @@ final class ServerProcess {
         let output = Locked("")
         standardError = output
         let descriptor = errPipe[0]
+        let done = readerDone
         Thread {
             var buffer = [UInt8](repeating: 0, count: 4096)
             while true {
@@ -475,6 +478,7 @@ final class ServerProcess {
                 output.set(output.value + String(decoding: buffer[0..<count], as: UTF8.self))
             }
             close(descriptor)
+            done.signal()
         }.start()
         var found: UInt16?
         for _ in 0..<3000 where found == nil {
@@ -495,6 +499,7 @@ final class ServerProcess {
         kill(pid, SIGTERM)
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        _ = readerDone.wait(timeout: .now() + 5)
         return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
     }
 }
