@@ -78,7 +78,10 @@ extension Fingerly {
             prefetched.withLock { $0 = nil }
             if let outbox = openOutbox() {
                 do {
-                    if let purged = try outbox.purgeUnlessBusy() {
+                    if !flushInBackground {
+                        // A command about to exit: a purge on a thread of its own would die with it.
+                        change.purged = try outbox.purge()
+                    } else if let purged = try outbox.purgeUnlessBusy() {
                         change.purged = purged
                     } else {
                         // A flush holds the outbox: it sees the denial before its next item and
@@ -108,6 +111,24 @@ extension Fingerly {
             if flushInBackground { startBackgroundWork() } else if apiKey != nil { change.flushed = flushBlocking() }
         }
         return change
+    }
+
+    /// Whether consent holds: this instance's, the host's, and the state directory's record
+    /// (which another process, `fingerly-identify consent`, may have changed meanwhile).
+    func consentStillGranted() -> Bool {
+        guard consentState == .granted, (try? requireConsent()) != nil else { return false }
+        guard let directory = options.stateDirectory else { return true }
+        switch Self.persistedConsent(stateDirectory: directory) {
+        case .success(nil), .success(.granted?): return true
+        default: return false
+        }
+    }
+
+    /// Whether this instance, or the state directory's record, says denied.
+    func consentWasDenied() -> Bool {
+        if consentState == .denied { return true }
+        guard let directory = options.stateDirectory else { return false }
+        return (try? Self.persistedConsent(stateDirectory: directory).get()) == .denied
     }
 
     /// `applyConsent` for the CLI: the flush after granting runs before it returns.
@@ -141,8 +162,9 @@ extension Fingerly {
             var lastError: TransportError?
             let destination = APIAddress(endpoint: endpoint).identifyURL
             let summary = outbox.flush(organization: apiKey.organization) { item in
-                // Consent may be withdrawn while a flush runs: nothing more is sent once it is.
-                guard consentState == .granted else {
+                // Consent may be withdrawn while a flush runs, here or by another process (the
+                // record in the state directory, the host's): nothing more is sent once it is.
+                guard consentStillGranted() else {
                     return .retryLater(TransportError(message: "consent was withdrawn", status: nil, retryable: false, code: "consent_withdrawn"))
                 }
                 // The configured address wins (an operator who moved the API keeps the queue); a
@@ -187,7 +209,7 @@ extension Fingerly {
                     return .retryLater(error)
                 }
             }
-            if consentState == .denied { _ = try? outbox.purge() }
+            if consentWasDenied() { _ = try? outbox.purge() }
             if summary.busy {
                 return FlushResult(delivered: 0, dropped: 0, remaining: summary.remaining,
                                    lastError: TransportError(message: "another process is flushing this outbox", status: nil,
