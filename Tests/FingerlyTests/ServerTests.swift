@@ -590,6 +590,44 @@ struct ServerProcessTests {
 @Suite(.serialized)
 struct ServerEndToEndTests {
     /// Acceptance 1: the real client against the real server process.
+    /// Acceptance 3's last point: the local mode gives the same answers as the server for the same
+    /// sequence of hosts (identifiers are keyed differently, so the ids differ; who is new, who is
+    /// the same visitor, the confidences, scores and triggers must not).
+    @Test func theLocalModeAnswersAsTheServerDoes() throws {
+        let database = try TestPaths.temporaryDirectory("server-vs-local") + "/db.sqlite"
+        let (publicKey, _) = try addedKeys(try runServerCLI(["keys", "add", "--org", "acme", "--db", database]))
+        let server = try ServerProcess(database: database)
+        let endpoint = "http://127.0.0.1:\(server.port)"
+        let hosts = ["laptop-baremetal", "laptop-baremetal", "kvm-qemu", "laptop-baremetal", "kvm-qemu"]
+
+        func sequence(submitting: Bool) throws -> [IdentifyResult] {
+            let state = try SubmissionCLITests.freshState(submitting ? "versus-server" : "versus-local")
+            return try hosts.map { host in
+                var arguments = ["--root", TestPaths.fixture(host), "--tiers", "fast", "--json"]
+                if submitting { arguments += ["--endpoint", endpoint] }
+                let run = try runCLI(arguments, environment: SubmissionCLITests.environment(state: state, apiKey: submitting ? publicKey : nil))
+                #expect(run.status == 0, "\(host): \(run.standardError)")
+                return try run.identifyResult()
+            }
+        }
+        let remote = try sequence(submitting: true)
+        let local = try sequence(submitting: false)
+        #expect(remote.allSatisfy { $0.state == .enriched } && local.allSatisfy { $0.state == .local })
+        #expect(remote.map(\.visitorIsNew) == local.map(\.visitorIsNew))
+        #expect(remote.map(\.visitorConfidence) == local.map(\.visitorConfidence))
+        #expect(remote.map(\.identifiable) == local.map(\.identifiable))
+        #expect(remote.map(\.suspectScore) == local.map(\.suspectScore))
+        #expect(remote.map { $0.triggers.map(\.signal) } == local.map { $0.triggers.map(\.signal) })
+        // The same visitor where the server saw the same visitor, and only there.
+        for first in hosts.indices {
+            for second in hosts.indices where second > first {
+                #expect((remote[first].visitorId == remote[second].visitorId) == (local[first].visitorId == local[second].visitorId),
+                        "\(hosts[first]) #\(first) and \(hosts[second]) #\(second)")
+            }
+        }
+        #expect(remote[0].visitorId == remote[1].visitorId && remote[0].visitorId != remote[2].visitorId)
+    }
+
     @Test func theRealClientAgainstTheServer() throws {
         let directory = try TestPaths.temporaryDirectory("server-e2e")
         let database = directory + "/db.sqlite"
