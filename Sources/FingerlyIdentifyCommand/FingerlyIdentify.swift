@@ -2,6 +2,7 @@ import Fingerly
 #if canImport(Glibc)
 import Glibc
 #endif
+import FingerlyHost
 import FingerlyModel
 import FingerlyPolicy
 import FingerlyProbes
@@ -168,31 +169,12 @@ package enum FingerlyIdentify {
         // Under a file-size limit (ulimit -f), a write past it must fail with EFBIG, which the
         // outbox reports as "not queued" (exit 74), not kill the process.
         signal(SIGXFSZ, SIG_IGN)
-        var environment: [String: String] = [:]
-        var pointer = environ
-        while let entry = pointer.pointee {
-            let text = String(cString: entry)
-            if let equals = text.firstIndex(of: "=") {
-                environment[String(text[..<equals])] = String(text[text.index(after: equals)...])
-            }
-            pointer += 1
-        }
+        let environment = CommandProcess.environment()
         let io = CommandIO(
-            standardOutput: { writeAll($0, to: STDOUT_FILENO) },
-            standardError: { writeAll($0, to: STDERR_FILENO) },
+            standardOutput: { CommandProcess.write($0, to: STDOUT_FILENO) },
+            standardError: { CommandProcess.write($0, to: STDERR_FILENO) },
             environment: environment,
             outputIsTerminal: isatty(1) == 1)
         return await main(Array(CommandLine.arguments.dropFirst()), io: io)
-    }
-}
-
-/// Unbuffered so stdout and stderr interleave in order; retries short writes and EINTR.
-private func writeAll(_ text: String, to descriptor: Int32) {
-    var bytes = Array(text.utf8)[...]
-    while !bytes.isEmpty {
-        let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-        if written < 0 && errno == EINTR { continue }
-        guard written > 0 else { return }
-        bytes = bytes.dropFirst(written)
     }
 }

@@ -77,17 +77,9 @@ package enum FingerlyServerCommand {
     /// blocked in every thread before serving, which only holds if no thread (such as Swift
     /// concurrency's pool, which an async main starts) exists before the mask is set.
     package static func main() -> Int32 {
-        var environment: [String: String] = [:]
-        var pointer = environ
-        while let entry = pointer.pointee {
-            let text = String(cString: entry)
-            if let equals = text.firstIndex(of: "=") {
-                environment[String(text[..<equals])] = String(text[text.index(after: equals)...])
-            }
-            pointer += 1
-        }
+        let environment = CommandProcess.environment()
         signal(SIGPIPE, SIG_IGN)
-        let io = ServerIO(standardOutput: { writeAll($0, to: STDOUT_FILENO) }, standardError: { writeAll($0, to: STDERR_FILENO) },
+        let io = ServerIO(standardOutput: { CommandProcess.write($0, to: STDOUT_FILENO) }, standardError: { CommandProcess.write($0, to: STDERR_FILENO) },
                           environment: environment)
         return main(Array(CommandLine.arguments.dropFirst()), io: io)
     }
@@ -190,16 +182,5 @@ package enum FingerlyServerCommand {
         closeStore(store)
         io.standardError("fingerly-server: stopped\n")
         return .success
-    }
-}
-
-/// Unbuffered so stdout and stderr interleave in order; retries short writes and EINTR.
-func writeAll(_ text: String, to descriptor: Int32) {
-    var bytes = Array(text.utf8)[...]
-    while !bytes.isEmpty {
-        let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-        if written < 0 && errno == EINTR { continue }
-        guard written > 0 else { return }
-        bytes = bytes.dropFirst(written)
     }
 }
