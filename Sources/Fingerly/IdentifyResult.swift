@@ -78,23 +78,11 @@ public struct IdentifyResult: Sendable, Codable {
     /// confidence outside 0–100, or a score without its level (or a level without a score).
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        func percentage(_ key: CodingKeys) throws -> Int? {
-            guard let value = try container.decodeIfPresent(Int.self, forKey: key) else { return nil }
-            guard (0...100).contains(value) else {
-                throw DecodingError.dataCorruptedError(forKey: key, in: container, debugDescription: "\(value) is outside 0–100")
-            }
-            return value
-        }
-        let score = try percentage(.suspectScore)
-        let level = try container.decodeIfPresent(SuspectLevel.self, forKey: .suspectLevel)
-        guard (score == nil) == (level == nil) else {
-            throw DecodingError.dataCorruptedError(forKey: .suspectLevel, in: container,
-                                                   debugDescription: "a suspect score and its level come together or not at all")
-        }
+        let (score, level) = try container.decodeSuspect(score: .suspectScore, level: .suspectLevel)
         self.init(requestId: try container.decode(String.self, forKey: .requestId),
                   visitorId: try container.decodeIfPresent(String.self, forKey: .visitorId),
                   visitorIsNew: try container.decodeIfPresent(Bool.self, forKey: .visitorIsNew),
-                  visitorConfidence: try percentage(.visitorConfidence),
+                  visitorConfidence: try container.decodePercentage(forKey: .visitorConfidence),
                   identifiable: try container.decode(Bool.self, forKey: .identifiable),
                   duplicate: try container.decode(Bool.self, forKey: .duplicate),
                   state: try container.decode(State.self, forKey: .state),

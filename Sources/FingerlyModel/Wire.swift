@@ -74,28 +74,16 @@ package struct IdentifyAnswer: Codable, Sendable {
             }
             return value
         }
-        func percentage(_ key: CodingKeys) throws -> Int? {
-            guard let value = try container.decodeIfPresent(Int.self, forKey: key) else { return nil }
-            guard (0...100).contains(value) else {
-                throw DecodingError.dataCorruptedError(forKey: key, in: container, debugDescription: "\(value) is outside 0–100")
-            }
-            return value
-        }
         requestId = try text(.requestId)
         visitorId = try text(.visitorId)
         visitorIsNew = try container.decode(Bool.self, forKey: .visitorIsNew)
-        guard let confidence = try percentage(.visitorConfidence) else {
+        guard let confidence = try container.decodePercentage(forKey: .visitorConfidence) else {
             throw DecodingError.keyNotFound(CodingKeys.visitorConfidence, .init(codingPath: [], debugDescription: "visitorConfidence is required"))
         }
         visitorConfidence = confidence
         identifiable = try container.decode(Bool.self, forKey: .identifiable)
         duplicate = try container.decode(Bool.self, forKey: .duplicate)
-        suspectScore = try percentage(.suspectScore)
-        suspectLevel = try container.decodeIfPresent(SuspectLevel.self, forKey: .suspectLevel)
-        guard (suspectScore == nil) == (suspectLevel == nil) else {
-            throw DecodingError.dataCorruptedError(forKey: .suspectLevel, in: container,
-                                                   debugDescription: "a suspect score and its level come together or not at all")
-        }
+        (suspectScore, suspectLevel) = try container.decodeSuspect(score: .suspectScore, level: .suspectLevel)
         triggers = try container.decodeIfPresent([IdentifyTrigger].self, forKey: .triggers)
         verdicts = try container.decodeIfPresent(Verdicts.self, forKey: .verdicts)
         policy = try container.decodeIfPresent(String.self, forKey: .policy).map { BoundedText.bounded($0, limit: 128) }
@@ -111,4 +99,27 @@ package struct WireError: Codable, Sendable, Hashable {
     package let error: Detail
 
     package init(code: String, message: String) { error = Detail(code: code, message: message) }
+}
+
+extension KeyedDecodingContainer {
+    /// An integer 0–100, or nil when absent; anything else is refused, since a result that
+    /// carries one was made by a hostile or broken peer.
+    package func decodePercentage(forKey key: Key) throws -> Int? {
+        guard let value = try decodeIfPresent(Int.self, forKey: key) else { return nil }
+        guard (0...100).contains(value) else {
+            throw DecodingError.dataCorruptedError(forKey: key, in: self, debugDescription: "\(value) is outside 0–100")
+        }
+        return value
+    }
+
+    /// A suspect score and its level: both present, or neither.
+    package func decodeSuspect(score: Key, level: Key) throws -> (Int?, SuspectLevel?) {
+        let value = try decodePercentage(forKey: score)
+        let named = try decodeIfPresent(SuspectLevel.self, forKey: level)
+        guard (value == nil) == (named == nil) else {
+            throw DecodingError.dataCorruptedError(forKey: level, in: self,
+                                                   debugDescription: "a suspect score and its level come together or not at all")
+        }
+        return (value, named)
+    }
 }
