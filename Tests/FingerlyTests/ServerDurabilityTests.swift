@@ -22,20 +22,7 @@ enum ExchangeOutcome: Equatable {
 /// into one error.
 enum LoopbackExchange {
     static func connect(port: UInt16, receiveTimeout seconds: Int) -> Int32? {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { return nil }
-        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
-        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard result == 0 else { close(descriptor); return nil }
-        return descriptor
+        try? connectToLoopback(port: port, timeoutSeconds: seconds, sendTimeout: true)
     }
 
     /// Reads until the server closes; a reset after some bytes still counts what came.

@@ -23,19 +23,7 @@ struct RawClient {
     let port: UInt16
 
     func connect() throws -> Int32 {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { throw POSIXError(.EMFILE) }
-        var timeout = timeval(tv_sec: 20, tv_usec: 0)
-        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard result == 0 else { close(descriptor); throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .ECONNREFUSED) }
-        return descriptor
+        try connectToLoopback(port: port, timeoutSeconds: 20)
     }
 
     static func write(_ descriptor: Int32, _ bytes: [UInt8]) {
@@ -452,12 +440,7 @@ final class ServerProcess {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        var emptyMask = sigset_t(), allSignals = sigset_t()
-        sigemptyset(&emptyMask)
-        sigfillset(&allSignals)
-        posix_spawnattr_setsigmask(&attributes, &emptyMask)
-        posix_spawnattr_setsigdefault(&attributes, &allSignals)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        startsWithDefaultSignals(&attributes)
         let argv = ([Self.executable, "serve", "--listen", "127.0.0.1:0", "--db", database] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0

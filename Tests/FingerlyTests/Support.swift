@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Testing
 @testable import Fingerly
 @testable import FingerlyHost
@@ -105,14 +106,8 @@ func runProcess(_ executable: String, _ arguments: [String], environment: [Strin
     var attributes = posix_spawnattr_t()
     posix_spawnattr_init(&attributes)
     defer { posix_spawnattr_destroy(&attributes) }
-    var emptyMask = sigset_t(), allSignals = sigset_t()
-    sigemptyset(&emptyMask)
-    sigfillset(&allSignals)
-    posix_spawnattr_setsigmask(&attributes, &emptyMask)
-    posix_spawnattr_setsigdefault(&attributes, &allSignals)
     // Its own process group, so a timeout can kill the tool and everything it started.
-    posix_spawnattr_setpgroup(&attributes, 0)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
+    startsWithDefaultSignals(&attributes, inNewProcessGroup: true)
 
     let argv = ([executable] + arguments).map { strdup($0) } + [nil]
     let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
@@ -272,4 +267,43 @@ struct PackageManifest: Decodable {
         try #require(run.status == 0, "\(run.standardError)")
         return try JSONDecoder().decode(PackageManifest.self, from: Data(run.standardOutput.utf8))
     }
+}
+
+/// A child starts with no signal blocked and every disposition at its default, whatever the
+/// test runner's threads have blocked or ignored (SIGPIPE, SIGTERM under libdispatch).
+func startsWithDefaultSignals(_ attributes: inout posix_spawnattr_t, inNewProcessGroup: Bool = false) {
+    var emptyMask = sigset_t(), allSignals = sigset_t()
+    sigemptyset(&emptyMask)
+    sigfillset(&allSignals)
+    posix_spawnattr_setsigmask(&attributes, &emptyMask)
+    posix_spawnattr_setsigdefault(&attributes, &allSignals)
+    var flags = Int32(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)
+    if inNewProcessGroup {
+        posix_spawnattr_setpgroup(&attributes, 0)
+        flags |= Int32(POSIX_SPAWN_SETPGROUP)
+    }
+    posix_spawnattr_setflags(&attributes, Int16(flags))
+}
+
+/// A blocking TCP connection to 127.0.0.1:`port` whose reads (and, when asked, writes) give up
+/// after `seconds`: a hung server fails the test instead of stalling it.
+func connectToLoopback(port: UInt16, timeoutSeconds seconds: Int, sendTimeout: Bool = false) throws(POSIXError) -> Int32 {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard descriptor >= 0 else { throw POSIXError(.EMFILE) }
+    var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+    setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    if sendTimeout { setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size)) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = port.bigEndian
+    address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+    let result = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard result == 0 else {
+        let code = errno
+        close(descriptor)
+        throw POSIXError(POSIXErrorCode(rawValue: code) ?? .ECONNREFUSED)
+    }
+    return descriptor
 }
