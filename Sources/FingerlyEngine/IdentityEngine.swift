@@ -56,40 +56,6 @@ package struct StoredEvent: Codable, Sendable {
     package let report: SignalReport
 }
 
-/// The event without its report: encoded, then the report's bytes as the client sent them are
-/// spliced in. Nulls are written, not left out, as docs/api.md lists them as "or null".
-private struct EventHeader: Encodable {
-    let answer: IdentifyAnswer
-    let receivedAt: Date
-    let tag: String?
-    let signature: StoredEvent.Signature
-
-    private enum Keys: String, CodingKey {
-        case requestId, receivedAt, visitorId, visitorIsNew, visitorConfidence, identifiable, duplicate, suspectScore,
-             suspectLevel, triggers, verdicts, policy, tag, signature, verified, keyId
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: Keys.self)
-        try container.encode(answer.requestId, forKey: .requestId)
-        try container.encode(receivedAt, forKey: .receivedAt)
-        try container.encode(answer.visitorId, forKey: .visitorId)
-        try container.encode(answer.visitorIsNew, forKey: .visitorIsNew)
-        try container.encode(answer.visitorConfidence, forKey: .visitorConfidence)
-        try container.encode(answer.identifiable, forKey: .identifiable)
-        try container.encode(false, forKey: .duplicate)
-        try container.encode(answer.suspectScore, forKey: .suspectScore)
-        try container.encode(answer.suspectLevel, forKey: .suspectLevel)
-        try container.encode(answer.triggers ?? [], forKey: .triggers)
-        try container.encode(answer.verdicts, forKey: .verdicts)
-        try container.encode(answer.policy, forKey: .policy)
-        try container.encode(tag, forKey: .tag)
-        var signatureContainer = container.nestedContainer(keyedBy: Keys.self, forKey: .signature)
-        try signatureContainer.encode(signature.verified, forKey: .verified)
-        try signatureContainer.encode(signature.keyId, forKey: .keyId)
-    }
-}
-
 /// Resolution, idempotency and scoring over a store (server.md), shared by `fingerly-server`
 /// and the local mode. Every piece of state is in the store, so several processes may share it.
 /// `now` is Unix time in seconds.
@@ -97,6 +63,7 @@ package final class IdentityEngine: Sendable {
     package let store: any IdentityStore
     package let policy: Policy
     private let verdictEngine: VerdictEngine
+    private let writer: AnswerWriter
 
     /// An in-flight marker younger than this answers 409; an older one belongs to an attempt
     /// that died (a killed process), and the next attempt takes it over.
@@ -114,6 +81,7 @@ package final class IdentityEngine: Sendable {
         self.store = store
         self.policy = policy
         verdictEngine = VerdictEngine(policy: policy, catalogue: .embedded)
+        writer = AnswerWriter(policyName: policy.name)
     }
 
     private enum Step {
@@ -125,17 +93,40 @@ package final class IdentityEngine: Sendable {
     /// `POST /v1/identify` for an authenticated organization.
     package func identify(organization: String, idempotencyKey: String, body: [UInt8], deviceKeyID: String?,
                           signatureVerified: Bool, now: Int64) -> EngineAnswer {
-        guard !idempotencyKey.isEmpty, idempotencyKey.utf8.count <= Self.idempotencyKeyByteLimit else {
-            return .badRequest("The Idempotency-Key is empty or longer than \(Self.idempotencyKeyByteLimit) bytes.")
-        }
+        identify(idempotencyKey: idempotencyKey, body: body, deviceKeyID: deviceKeyID, signatureVerified: signatureVerified,
+                 now: now) { _ throws(StoreError) in .admitted(organization: organization) }
+    }
+
+    /// What the caller's admission step decides, inside the engine's first transaction.
+    package enum Admission {
+        case admitted(organization: String)
+        /// Not admitted: the engine stores nothing more and answers this.
+        case refused(EngineAnswer)
+    }
+
+    /// `POST /v1/identify` with the caller's admission (key, organization, rate limit) in the
+    /// same transaction as the in-flight marker: one commit fewer per request, and every
+    /// request waits for the store's writer lock once fewer. `admit` may run more than once
+    /// (a busy store is retried), so it must have no effect outside the transaction.
+    package func identify(idempotencyKey: String, body: [UInt8], deviceKeyID: String?, signatureVerified: Bool, now: Int64,
+                          admit: (any StoreTransaction) throws(StoreError) -> Admission) -> EngineAnswer {
+        let keyIsValid = !idempotencyKey.isEmpty && idempotencyKey.utf8.count <= Self.idempotencyKeyByteLimit
         let bodyHash = EngineWire.sha256(body)
 
         // 1. The in-flight marker commits on its own, before any work: a second attempt with
         // the same key sees it from any process.
         let begun: Step
+        var organization = ""
         do {
             begun = try store.transaction { (tx) throws(StoreError) -> Step in
-                try self.begin(tx, organization: organization, key: idempotencyKey, bodyHash: bodyHash, now: now)
+                switch try admit(tx) {
+                case .refused(let answer): return .answer(answer)
+                case .admitted(let name): organization = name
+                }
+                guard keyIsValid else {
+                    return .answer(.badRequest("The Idempotency-Key is empty or longer than \(Self.idempotencyKeyByteLimit) bytes."))
+                }
+                return try self.begin(tx, organization: organization, key: idempotencyKey, bodyHash: bodyHash, now: now)
             }
         } catch {
             return .storeFailure(error)
@@ -208,8 +199,9 @@ package final class IdentityEngine: Sendable {
                          deviceKeyID: String?, signatureVerified: Bool, now: Int64) -> EngineAnswer {
         // 2. The body.
         let submission: SubmissionBody
+        let reportRange: Range<Int>?
         do {
-            submission = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(body))
+            (submission, reportRange) = try SubmissionBody.decode(body)
         } catch let error as DecodingError {
             return .badRequest(EngineWire.decodingMessage(error))
         } catch {
@@ -225,13 +217,16 @@ package final class IdentityEngine: Sendable {
         let assessment = policy.suspect?.assess(verdicts)
         let observed = ObservedIdentity(report: report)
         let rawReport: [UInt8]
-        if let raw = EngineWire.rawReport(in: body) {
+        if let reportRange {
+            rawReport = Array(body[reportRange])
+        } else if let raw = EngineWire.rawReport(in: body) {
             rawReport = Array(raw)
         } else if let encoded = try? JSONEncoder.fingerly.encode(report) {
             rawReport = Array(encoded)
         } else {
             return .error(500, "internal", "The report could not be encoded.")
         }
+        let verdictsJSON = AnswerWriter.verdicts(verdicts)
         let requestId = EngineWire.mintId(prefix: "req_")
 
         // 4–5. Resolution reads and the writes share one transaction: two first reports of one
@@ -283,14 +278,10 @@ package final class IdentityEngine: Sendable {
                                             visitorConfidence: resolution.confidence, identifiable: resolution.identifiable,
                                             duplicate: false, suspectScore: score, suspectLevel: level, triggers: triggers,
                                             verdicts: verdicts, policy: policy.name)
-                let header = EventHeader(answer: answer, receivedAt: EngineWire.timestamp(now), tag: report.tag,
-                                         signature: StoredEvent.Signature(verified: signatureVerified, keyId: deviceKeyID))
-                guard let answerBytes = try? Array(JSONEncoder.fingerly.encode(answer)),
-                      var document = try? Array(JSONEncoder.fingerly.encode(header)), document.last == UInt8(ascii: "}") else {
-                    throw StoreError("the answer could not be encoded")
-                }
-                document.removeLast()
-                document += Array(#","report":"#.utf8) + rawReport + [UInt8(ascii: "}")]
+                let answerBytes = self.writer.answer(answer, verdicts: verdictsJSON)
+                let document = self.writer.event(answer, verdicts: verdictsJSON, receivedAt: now, tag: report.tag,
+                                                 signature: StoredEvent.Signature(verified: signatureVerified, keyId: deviceKeyID),
+                                                 report: rawReport)
                 try tx.insertEvent(EventRecord(requestId: requestId, organization: organization, visitorId: visitor.id,
                                                receivedAt: now, document: document))
                 try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: bodyHash, state: .complete,

@@ -141,8 +141,16 @@ package enum FingerlyServerCommand {
             io.standardError("fingerly-server: \(error.message)\n")
             return .configuration
         }
+        // Blocked before the store's and libmicrohttpd's threads start so they inherit the mask:
+        // only sigwait below receives SIGTERM and SIGINT.
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        sigaddset(&signals, SIGTERM)
+        sigaddset(&signals, SIGINT)
+        pthread_sigmask(SIG_BLOCK, &signals, nil)
+
         let store: any IdentityStore
-        do { store = try openStore(path: configuration.database) } catch {
+        do { store = try openStore(path: configuration.database, serving: true) } catch {
             io.standardError("fingerly-server: cannot open the database \(configuration.database): \(error.message)\n")
             return .unavailable
         }
@@ -155,14 +163,6 @@ package enum FingerlyServerCommand {
         } else {
             engine = IdentityEngine(store: store, policy: .embedded())
         }
-
-        // Blocked before libmicrohttpd's threads start so they inherit the mask: only sigwait
-        // below receives SIGTERM and SIGINT.
-        var signals = sigset_t()
-        sigemptyset(&signals)
-        sigaddset(&signals, SIGTERM)
-        sigaddset(&signals, SIGINT)
-        pthread_sigmask(SIG_BLOCK, &signals, nil)
 
         let server: RunningServer
         do {

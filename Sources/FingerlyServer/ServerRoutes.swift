@@ -88,77 +88,88 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         guard let key = bearer(head), key.kind == .publicKey else {
             return .error(401, "invalid_key", "Identify needs a public key: Authorization: Bearer fly_pk_….")
         }
-        let admitted: Admission
-        do throws(StoreError) {
-            admitted = try store.transaction { tx throws(StoreError) -> Admission in
-                guard let record = try tx.key(publicKey: key.text), !record.revoked else {
-                    return .refused(.error(401, "invalid_key", "The key is unknown or revoked."))
-                }
-                guard let organization = try tx.organization(named: record.organization), !organization.suspended else {
-                    return .refused(.error(402, "organization_not_accepting", "The organization is not accepting traffic."))
-                }
-                if let limited = try rateLimited(tx, bucket: "identify:" + key.text, now: now) { return .refused(limited) }
-                return .admitted(record.organization)
-            }
-        } catch {
-            return storeFailure(error)
-        }
-        let organization: String
-        switch admitted {
-        case .refused(let response): return response
-        case .admitted(let name): organization = name
-        }
-
+        // Judged here, answered in this order inside the admission: a request with an unknown
+        // key is told so before anything about its headers or its signature.
         let idempotencyFields = head.values("idempotency-key")
-        guard idempotencyFields.count == 1, let idempotencyKey = Self.structuredString(idempotencyFields[0]) else {
-            return .error(400, "bad_request", "Idempotency-Key must appear once, as a quoted string (\"…\").")
-        }
+        let idempotencyKey = idempotencyFields.count == 1 ? Self.structuredString(idempotencyFields[0]) : nil
+        let signing = signature(head, body, now: now)
 
-        var deviceKeyID: String?
+        // Admission shares the engine's first transaction (and commit) with the in-flight marker.
+        var refusal: HTTPResponse?
+        var signatureJudged = false
+        let answer = engine.identify(idempotencyKey: idempotencyKey ?? "", body: body, deviceKeyID: signing.deviceKeyID,
+                                     signatureVerified: signing.deviceKeyID != nil, now: now) { tx throws(StoreError) -> IdentityEngine.Admission in
+            refusal = nil
+            signatureJudged = false
+            guard let record = try tx.key(publicKey: key.text), !record.revoked else {
+                refusal = .error(401, "invalid_key", "The key is unknown or revoked.")
+                return .refused(Self.refusedMarker)
+            }
+            guard let organization = try tx.organization(named: record.organization), !organization.suspended else {
+                refusal = .error(402, "organization_not_accepting", "The organization is not accepting traffic.")
+                return .refused(Self.refusedMarker)
+            }
+            if let limited = try rateLimited(tx, bucket: "identify:" + key.text, now: now) {
+                refusal = limited
+                return .refused(Self.refusedMarker)
+            }
+            guard idempotencyKey != nil else {
+                refusal = .error(400, "bad_request", "Idempotency-Key must appear once, as a quoted string (\"…\").")
+                return .refused(Self.refusedMarker)
+            }
+            signatureJudged = true
+            if let failure = signing.failure {
+                refusal = failure
+                return .refused(Self.refusedMarker)
+            }
+            return .admitted(organization: record.organization)
+        }
+        if signatureJudged, let outcome = signing.metric { metrics.signature(outcome) }
+        if let refusal { return refusal }
+        if answer.status >= 500 { metrics.storeError() }
+        return .json(answer.status, answer.body, headers: answer.status == 503 ? [("Retry-After", "1")] : [])
+    }
+
+    /// The engine's answer for a request the admission refused; the route answers `refusal`.
+    private static let refusedMarker = EngineAnswer(status: 0, body: [], code: nil)
+
+    /// The request's signature judged before admission: the verified device key, or the answer
+    /// a failure gets once the key and organization are admitted, and the metric to count.
+    private func signature(_ head: HTTPRequestHead, _ body: [UInt8], now: Int64)
+        -> (deviceKeyID: String?, failure: HTTPResponse?, metric: String?) {
         let signatureFields = ["signature", "signature-input", "fingerly-device-key"]
         if signatureFields.contains(where: { !head.values($0).isEmpty }) {
             do {
                 let verified = try MessageSignature.verify(method: head.method, path: head.path, fields: head.fields, body: body,
                                                            now: now, window: configuration.signatureWindow)
-                deviceKeyID = verified.keyID
-                metrics.signature("verified")
+                return (verified.keyID, nil, "verified")
             } catch {
-                return signatureFailure(error)
+                let (response, metric) = signatureFailure(error)
+                return (nil, response, metric)
             }
-        } else {
-            if configuration.requireSignatures {
-                metrics.signature("missing")
-                return .error(401, "missing_signature", "This server requires signed requests (RFC 9421).")
-            }
-            let digests = head.values("content-digest")
-            if !digests.isEmpty {
-                guard digests.count == 1, Substring(digests[0]).trimmingSpaces == ContentDigest.fieldValue(for: body) else {
-                    return .error(400, "bad_request", "Content-Digest does not match the body.")
-                }
-            }
-            metrics.signature("unsigned")
         }
-
-        let answer = engine.identify(organization: organization, idempotencyKey: idempotencyKey, body: body, deviceKeyID: deviceKeyID,
-                                     signatureVerified: deviceKeyID != nil, now: now)
-        if answer.status >= 500 { metrics.storeError() }
-        return .json(answer.status, answer.body, headers: answer.status == 503 ? [("Retry-After", "1")] : [])
+        if configuration.requireSignatures {
+            return (nil, .error(401, "missing_signature", "This server requires signed requests (RFC 9421)."), "missing")
+        }
+        let digests = head.values("content-digest")
+        if !digests.isEmpty {
+            guard digests.count == 1, Substring(digests[0]).trimmingSpaces == ContentDigest.fieldValue(for: body) else {
+                return (nil, .error(400, "bad_request", "Content-Digest does not match the body."), nil)
+            }
+        }
+        return (nil, nil, "unsigned")
     }
 
-    private func signatureFailure(_ error: SignatureVerificationError) -> HTTPResponse {
+    private func signatureFailure(_ error: SignatureVerificationError) -> (HTTPResponse, String) {
         switch error {
         case .digestMismatch:
-            metrics.signature("digest_mismatch")
-            return .error(400, "bad_request", "Content-Digest does not match the body.")
+            return (.error(400, "bad_request", "Content-Digest does not match the body."), "digest_mismatch")
         case .createdInFuture, .createdTooOld:
-            metrics.signature("stale")
-            return .error(401, "stale_signature", "The signature's created time is outside the server's window.")
+            return (.error(401, "stale_signature", "The signature's created time is outside the server's window."), "stale")
         case .missingField(let name):
-            metrics.signature("invalid")
-            return .error(401, "invalid_signature", "The signature is incomplete: no \(name) field.")
+            return (.error(401, "invalid_signature", "The signature is incomplete: no \(name) field."), "invalid")
         default:
-            metrics.signature("invalid")
-            return .error(401, "invalid_signature", "The request signature does not verify.")
+            return (.error(401, "invalid_signature", "The request signature does not verify."), "invalid")
         }
     }
 

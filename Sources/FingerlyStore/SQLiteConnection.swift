@@ -82,6 +82,29 @@ final class SQLiteConnection {
 
     deinit { close() }
 
+    /// Copies every committed WAL frame into the database file unless a reader or another
+    /// checkpoint is in the way; the next transaction then starts the WAL over.
+    @discardableResult
+    func checkpoint() -> Bool {
+        guard let database else { return false }
+        var logFrames: Int32 = 0, checkpointed: Int32 = 0
+        let code = sqlite3_wal_checkpoint_v2(database, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &checkpointed)
+        return code == SQLITE_OK && logFrames == checkpointed
+    }
+
+    /// Hands every commit's WAL size to `checkpointer` instead of checkpointing in the commit
+    /// (a WAL hook replaces SQLite's automatic checkpoint). The caller keeps `checkpointer`
+    /// alive while this connection is open.
+    func reportCommits(to checkpointer: SQLiteCheckpointer) {
+        guard let database else { return }
+        let hook: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32 = {
+            context, _, _, pages in
+            if let context { Unmanaged<SQLiteCheckpointer>.fromOpaque(context).takeUnretainedValue().committed(walPages: pages) }
+            return SQLITE_OK
+        }
+        _ = sqlite3_wal_hook(database, hook, Unmanaged.passUnretained(checkpointer).toOpaque())
+    }
+
     var isOpen: Bool { database != nil }
 
     func close() {

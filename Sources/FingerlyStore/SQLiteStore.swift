@@ -19,6 +19,9 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
         package var retryPauseMilliseconds: Int = 5
         /// false keeps the WAL unmerged when the store closes, as after a crash (tests).
         package var checkpointOnClose: Bool = true
+        /// Merge the WAL from a thread of the store's own instead of inside the commits that
+        /// fill it (`SQLiteCheckpointer`): for a long-running server, not a one-shot command.
+        package var backgroundCheckpoints: Bool = false
 
         package init() {}
     }
@@ -35,6 +38,8 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
     // Guards `connection`; the C handle is reached under it only, hence @unchecked Sendable.
     private let lock = NSLock()
     private var connection: SQLiteConnection?
+    /// Set when `backgroundCheckpoints`; stopped before `connection` closes.
+    package private(set) var checkpointer: SQLiteCheckpointer?
     /// The thread inside a transaction, so a nested call fails instead of deadlocking on `lock`.
     private let owner = Atomic<UInt>(0)
 
@@ -46,13 +51,28 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
         try Self.createPrivately(path)
         connection = try SQLiteConnection(path: path, busyTimeoutMilliseconds: options.busyTimeoutMilliseconds,
                                           checkpointOnClose: options.checkpointOnClose)
-        try migrate()
+        do throws(StoreError) {
+            try migrate()
+            if options.backgroundCheckpoints {
+                let checkpointer = try SQLiteCheckpointer(path: path)
+                self.checkpointer = checkpointer
+                connection?.reportCommits(to: checkpointer)
+            }
+        } catch {
+            connection?.close()
+            throw error
+        }
     }
+
+    deinit { checkpointer?.stop() }
 
     /// Closes the connection; later transactions fail. Waits for a running one.
     package func close() {
         lock.lock()
         defer { lock.unlock() }
+        // The checkpointer's connection closes first, so the store's is the last and merges
+        // the WAL into the file as it closes.
+        checkpointer?.stop()
         connection?.close()
         connection = nil
     }
@@ -129,7 +149,11 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
         while true {
             do {
                 return try withConnection { connection throws(StoreError) in
-                    try Self.runTransaction(on: connection, body)
+                    let result = try Self.runTransaction(on: connection, body)
+                    if let checkpointer, checkpointer.lastWALPages.load(ordering: .relaxed) >= SQLiteCheckpointer.restartThresholdPages {
+                        connection.checkpoint()
+                    }
+                    return result
                 }
             } catch {
                 attempt += 1

@@ -371,6 +371,39 @@ private struct Deliberate: Error {}
         #expect(try reopened.transaction { tx throws(StoreError) in try tx.event(requestId: "r1", organization: "acme")?.document } == document)
     }
 
+    /// The server's store merges its WAL from a thread of its own; under writes without a pause
+    /// the writer finishes the merge, so the WAL starts over instead of growing without bound.
+    @Test func backgroundCheckpointsKeepTheWALBoundedAndLoseNothing() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/fingerly.db"
+        var options = SQLiteStore.Options()
+        options.backgroundCheckpoints = true
+        let store = try SQLiteStore(path: path, options: options)
+        let document = (0..<13_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let writes = 2_000
+        for index in 0..<writes {
+            try store.transaction { tx throws(StoreError) in
+                try tx.insertEvent(EventRecord(requestId: "r\(index)", organization: "acme", visitorId: "v", receivedAt: Int64(index),
+                                               document: document))
+            }
+        }
+        let checkpointer = try #require(store.checkpointer)
+        #expect(checkpointer.counts.completed > 0)
+        #expect(checkpointer.counts.failed == 0)
+        // 2,000 writes of four pages and more would make a WAL past 32 MB without restarts.
+        let walBytes = try #require(try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int)
+        #expect(walBytes < Int(SQLiteCheckpointer.restartThresholdPages + 1_000) * 4_096)
+        store.close()
+        #expect(!FileManager.default.fileExists(atPath: path + "-wal"))
+
+        let reopened = try SQLiteStore(path: path)
+        defer { reopened.close() }
+        #expect(try reopened.transaction { tx throws(StoreError) in try tx.eventCount(organization: "acme") } == writes)
+        #expect(try reopened.transaction { tx throws(StoreError) in try tx.event(requestId: "r\(writes - 1)", organization: "acme")?.document }
+                == document)
+    }
+
     @Test func anotherProcesssLockIsWaitedForThenReportedAsTransient() throws {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -29,6 +29,7 @@ enum Harnesses {
         "retry-after": retryAfter,
         "error-code": errorCode,
         "proxy-env": proxyEnvironment,
+        "submission-reader": submissionReader,
     ]
 
     private static let root = ScratchRoot()
@@ -42,6 +43,23 @@ enum Harnesses {
         } catch {
             // The error quotes member names of any length and content back in its path.
             _ = error.description
+        }
+    }
+
+    /// Differential: what the server's fast reader accepts, JSONDecoder must accept with the
+    /// same value; anything else must leave the reader declining, never crashing. A mismatch
+    /// traps, so libFuzzer keeps the input.
+    static func submissionReader(_ bytes: [UInt8]) {
+        guard let read = SubmissionReader.read(bytes) else { return }
+        guard let reference = try? JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(bytes)) else {
+            fatalError("SubmissionReader accepted a body JSONDecoder refuses")
+        }
+        guard read.body.client == reference.client, read.body.report == reference.report else {
+            fatalError("SubmissionReader and JSONDecoder read different values")
+        }
+        guard let range = read.reportRange, range.lowerBound >= 0, range.upperBound <= bytes.count,
+              (try? JSONDecoder.fingerly.decode(SignalReport.self, from: Data(bytes[range]))) == reference.report else {
+            fatalError("SubmissionReader's report range is not the report")
         }
     }
 

@@ -1,0 +1,174 @@
+import Foundation
+import Testing
+@testable import FingerlyEngine
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
+
+/// The server's hand-written reader and writer (SubmissionReader, AnswerWriter) against
+/// JSONDecoder and JSONEncoder: the same values and the same bytes, or a fall-back to them.
+@Suite("Submission reader and answer writer")
+struct FastCodingTests {
+    private static func body(_ report: SignalReport, proxy: Bool = false) throws -> [UInt8] {
+        Array(try JSONEncoder.fingerly.encode(SubmissionBody(client: ClientInfo(proxy: proxy, sdk: "fingerly-linux", version: "0.1.0"),
+                                                             report: report)))
+    }
+
+    private static func general(_ bytes: [UInt8]) throws -> SubmissionBody {
+        try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(bytes))
+    }
+
+    /// The reader's value, which must exist and equal JSONDecoder's.
+    private static func expectSame(_ bytes: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let read = try #require(SubmissionReader.read(bytes), sourceLocation: sourceLocation)
+        let reference = try general(bytes)
+        #expect(read.body.client == reference.client, sourceLocation: sourceLocation)
+        #expect(read.body.report == reference.report, sourceLocation: sourceLocation)
+        let range = try #require(read.reportRange, sourceLocation: sourceLocation)
+        #expect(try JSONDecoder.fingerly.decode(SignalReport.self, from: Data(bytes[range])) == reference.report,
+                sourceLocation: sourceLocation)
+    }
+
+    @Test("every fixture host's report reads as JSONDecoder reads it", arguments: TestPaths.hostFixtures)
+    func fixtureHosts(_ host: String) async throws {
+        let result = try await identify(root: TestPaths.fixture(host))
+        try Self.expectSame(try Self.body(result.report, proxy: host.hasPrefix("v")))
+    }
+
+    @Test("escapes, unicode, nulls, unknown members and whitespace read as JSONDecoder reads them")
+    func edgesInsideTheSubset() throws {
+        let report = EngineFixtures.report(EngineFixtures.host(), tag: "quote \" back\\slash \u{1} tab\t é 😀",
+                                           signals: ["env.names": .strings(["A", "b\"c", "ü"]), "n": .int(-42), "b": .bool(true),
+                                                     "s": .string("line\nbreak / slash"), "zero": .int(0), "big": .int(999_999_999_999_999_999)])
+        try Self.expectSame(try Self.body(report))
+        // A document with members no type knows, explicit nulls and spaces everywhere.
+        var text = String(decoding: EngineFixtures.documentedBody, as: UTF8.self)
+        text = text.replacingOccurrences(of: #""tag":"checkout""#, with: #""tag" : null , "extra": {"a":[1,2.5,-0.125,true,null,"x"]}"#)
+        text = text.replacingOccurrences(of: #""elapsedMs":2.46"#, with: #""elapsedMs": 2 , "prefetchedAgeMs" : null"#)
+        text = " \n" + text + "\t\r\n"
+        try Self.expectSame(Array(text.utf8))
+        let read = try #require(SubmissionReader.read(Array(text.utf8)))
+        #expect(read.body.report.tag == nil)
+        #expect(read.body.report.elapsedMs == 2)
+        // A \u escape of a surrogate pair and of a control character.
+        let escaped = String(decoding: EngineFixtures.documentedBody, as: UTF8.self)
+            .replacingOccurrences(of: #""tag":"checkout""#, with: #""tag":"\ud83d\ude00\u0007\/""#)
+        try Self.expectSame(Array(escaped.utf8))
+        #expect(SubmissionReader.read(Array(escaped.utf8))?.body.report.tag == "😀\u{7}/")
+    }
+
+    /// Inputs outside the subset: the reader declines, and what JSONDecoder makes of them stands.
+    @Test("outside the subset the reader declines and JSONDecoder decides", arguments: [
+        (#""tag":"checkout""#, #""tag":"checkout","tag":"other""#, true),            // duplicate member: JSONDecoder keeps the first
+        (#""budgetMs":1200"#, #""budgetMs":1.2e3"#, true),                          // exponent in an integer
+        (#""budgetMs":1200"#, #""budgetMs":1200.0"#, true),                         // fraction in an integer
+        (#""budgetMs":1200"#, #""budgetMs":01200"#, false),                         // leading zero: not JSON
+        (#""collectedAt":"2026-01-01T00:00:00Z""#, #""collectedAt":"2026-02-30T00:00:00Z""#, true), // rolled over by Foundation
+        (#""collectedAt":"2026-01-01T00:00:00Z""#, #""collectedAt":"2026-01-01T00:00:00.5Z""#, true),
+        (#""collectedAt":"2026-01-01T00:00:00Z""#, #""collectedAt":"1969-12-31T23:59:59Z""#, true),
+        (#""budgetMs":1200"#, #""budg\u0065tMs":1200"#, true),                      // escaped member name
+        (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1,"dmi.chassis_type":2"#, true), // duplicate signal
+        (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1.0"#, true),               // a signal JSONDecoder reads as 1
+        (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1e400"#, false),
+        (#""tag":"checkout""#, #""tag":"\udc00""#, false),                          // lone surrogate
+        (#""tag":"checkout""#, #""tag":"a"#, false),                                // truncated
+        (#""tag":"checkout""#, #""tag":"checkout","x":1."#, true),                  // JSONDecoder takes "1." in a member it skips
+    ])
+    func outsideTheSubset(original: String, replacement: String, generalAccepts: Bool) throws {
+        let text = String(decoding: EngineFixtures.documentedBody, as: UTF8.self)
+        #expect(text.contains(original))
+        let bytes = Array(text.replacingOccurrences(of: original, with: replacement).utf8)
+        #expect(SubmissionReader.read(bytes) == nil)
+        let decoded = Result { try SubmissionBody.decode(bytes) }
+        switch (decoded, Result { try Self.general(bytes) }) {
+        case (.success(let value), .success(let reference)):
+            #expect(generalAccepts)
+            #expect(value.body.report == reference.report)
+            #expect(value.reportRange == nil)
+        case (.failure, .failure):
+            #expect(!generalAccepts)
+        default:
+            Issue.record("SubmissionBody.decode and JSONDecoder disagree on \(replacement)")
+        }
+    }
+
+    @Test("the reader declines invalid UTF-8, control characters, a BOM and deep nesting")
+    func bytesOutsideTheSubset() throws {
+        let documented = EngineFixtures.documentedBody
+        var invalid = documented
+        let tagAt = try #require(String(decoding: documented, as: UTF8.self).range(of: "checkout")).lowerBound.utf16Offset(in: String(decoding: documented, as: UTF8.self))
+        invalid[tagAt] = 0xFF
+        #expect(SubmissionReader.read(invalid) == nil)
+        var control = documented
+        control[tagAt] = 0x01
+        #expect(SubmissionReader.read(control) == nil)
+        #expect(SubmissionReader.read([0xEF, 0xBB, 0xBF] + documented) == nil)
+        let deep = String(repeating: "[", count: 40) + String(repeating: "]", count: 40)
+        let nested = String(decoding: documented, as: UTF8.self).replacingOccurrences(of: #""tag":"checkout""#, with: #""x":\#(deep)"#)
+        #expect(SubmissionReader.read(Array(nested.utf8)) == nil)
+        #expect(try SubmissionBody.decode(Array(nested.utf8)).body.report.tag == nil)
+        #expect(SubmissionReader.read([]) == nil)
+        #expect(SubmissionReader.read(Array("[]".utf8)) == nil)
+    }
+
+    // MARK: AnswerWriter
+
+    private static func answers() -> [IdentifyAnswer] {
+        let engine = VerdictEngine(policy: .embedded(), catalogue: .embedded)
+        let verdicts = Verdicts(engine.evaluate(EngineFixtures.report(EngineFixtures.host(), signals: [
+            "dmi.sys_vendor": .string("QEMU"), "dmi.virtualization_kind": .string("qemu \"quoted\" ü"), "proc.tracer_pid": .int(7),
+        ])))
+        let triggers = [IdentifyTrigger(signal: "vm_dmi", group: "virtualization", weight: 20, confidence: .high),
+                        IdentifyTrigger(signal: "with \"quote\" and é", group: "farm", weight: -3, confidence: .low)]
+        return [
+            IdentifyAnswer(requestId: "req_1", visitorId: "vis_1", visitorIsNew: true, visitorConfidence: 100, identifiable: true,
+                           duplicate: false, suspectScore: 35, suspectLevel: .medium, triggers: triggers, verdicts: verdicts,
+                           policy: "default"),
+            IdentifyAnswer(requestId: "req_2", visitorId: "vis/2", visitorIsNew: false, visitorConfidence: 0, identifiable: false,
+                           duplicate: true, suspectScore: nil, suspectLevel: nil, triggers: nil, verdicts: nil, policy: nil),
+            IdentifyAnswer(requestId: "req_3", visitorId: "vis_3\u{7f}", visitorIsNew: false, visitorConfidence: 55, identifiable: true,
+                           duplicate: false, suspectScore: 0, suspectLevel: .low, triggers: [], verdicts: verdicts, policy: "ünïcode \"policy\""),
+        ]
+    }
+
+    @Test("answers and verdicts are JSONEncoder's bytes")
+    func answersAreJSONEncoderBytes() throws {
+        for answer in Self.answers() {
+            let writer = AnswerWriter(policyName: answer.policy)
+            let verdicts = answer.verdicts.map(AnswerWriter.verdicts)
+            if let value = answer.verdicts {
+                #expect(verdicts == Array(try JSONEncoder.fingerly.encode(value)))
+            }
+            #expect(writer.answer(answer, verdicts: verdicts) == Array(try JSONEncoder.fingerly.encode(answer)))
+        }
+    }
+
+    @Test("an event decodes as the stored event, with nulls written and the report last")
+    func eventsDecode() throws {
+        let report = EngineFixtures.report(EngineFixtures.host(), tag: "t\"ag")
+        let rawReport = Array(try JSONEncoder.fingerly.encode(report))
+        for answer in Self.answers() where !answer.duplicate {
+            let writer = AnswerWriter(policyName: answer.policy)
+            let document = writer.event(answer, verdicts: answer.verdicts.map(AnswerWriter.verdicts), receivedAt: EngineFixtures.now,
+                                        tag: report.tag, signature: StoredEvent.Signature(verified: true, keyId: "ab\"12"),
+                                        report: rawReport)
+            let event = try JSONDecoder.fingerly.decode(StoredEvent.self, from: Data(document))
+            #expect(event.requestId == answer.requestId && event.visitorId == answer.visitorId)
+            #expect(event.receivedAt == Date(timeIntervalSince1970: Double(EngineFixtures.now)))
+            #expect(event.suspectScore == answer.suspectScore && event.verdicts == answer.verdicts)
+            #expect(event.triggers == (answer.triggers ?? []))
+            #expect(event.tag == "t\"ag" && event.signature.keyId == "ab\"12" && event.report == report)
+            let text = String(decoding: document, as: UTF8.self)
+            #expect(text.hasSuffix(#""report":"# + String(decoding: rawReport, as: UTF8.self) + "}"))
+            if answer.suspectScore == nil { #expect(text.contains(#""suspectScore":null"#)) }
+        }
+    }
+
+    @Test("receivedAt is written as JSONEncoder writes the date", arguments: [
+        Int64(0), 59, 86_399, 951_782_400, 1_767_225_600, 4_107_542_399, 253_402_300_799, 253_402_300_800, -1, -62_135_596_800,
+    ])
+    func timestamps(_ seconds: Int64) throws {
+        let reference = try JSONEncoder.fingerly.encode(Date(timeIntervalSince1970: Double(seconds)))
+        #expect(Array(#"""#.utf8) + Array(AnswerWriter.iso8601(seconds).utf8) + Array(#"""#.utf8) == Array(reference))
+    }
+}
