@@ -272,7 +272,7 @@ package final class IdentityEngine: Sendable {
                                             firstSeen: now, lastSeen: now, components: observed.components,
                                             deviceKeys: deviceKeyID.map { [$0] } ?? [])
                 }
-                try tx.putVisitor(visitor)
+                try tx.putVisitor(visitor, stored: resolution.matched)
 
                 let answer = IdentifyAnswer(requestId: requestId, visitorId: visitor.id, visitorIsNew: resolution.matched == nil,
                                             visitorConfidence: resolution.confidence, identifiable: resolution.identifiable,

@@ -160,8 +160,10 @@ package protocol StoreTransaction {
     /// Visitors of the organization holding any of these component hashes, at most `limit`, those
     /// sharing the most hashes first.
     func visitors(sharingAnyOf hashes: [String], organization: String, limit: Int) throws(StoreError) -> [VisitorRecord]
-    /// Inserts or replaces the visitor, its components and device keys.
-    func putVisitor(_ visitor: VisitorRecord) throws(StoreError)
+    /// Inserts or replaces the visitor, its components and device keys. `stored` is the same
+    /// visitor as read earlier in this transaction, when it was: only the difference from it is
+    /// written, without reading the rows again.
+    func putVisitor(_ visitor: VisitorRecord, stored: VisitorRecord?) throws(StoreError)
     func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorRecord]
 
     // Events
@@ -181,6 +183,11 @@ extension StoreTransaction {
     /// Visitors with this instanceId, at most 64, most recently seen first.
     package func visitors(instanceId: String, organization: String) throws(StoreError) -> [VisitorRecord] {
         try visitors(instanceId: instanceId, organization: organization, preferringHardwareId: nil, limit: 64)
+    }
+
+    /// Inserts or replaces the visitor, reading what is stored of it first.
+    package func putVisitor(_ visitor: VisitorRecord) throws(StoreError) {
+        try putVisitor(visitor, stored: nil)
     }
 }
 

@@ -165,7 +165,7 @@ final class SQLiteTransaction: StoreTransaction {
             """, [.text(organization), .text(list), .integer(Self.clamped(limit))])
     }
 
-    func putVisitor(_ visitor: VisitorRecord) throws(StoreError) {
+    func putVisitor(_ visitor: VisitorRecord, stored previous: VisitorRecord?) throws(StoreError) {
         let connection = try open()
         guard visitor.components.count <= SQLiteStore.maximumVisitorComponents, visitor.deviceKeys.count <= SQLiteStore.maximumVisitorComponents else {
             throw StoreError("a visitor with \(visitor.components.count) components and \(visitor.deviceKeys.count) device keys exceeds "
@@ -190,8 +190,15 @@ final class SQLiteTransaction: StoreTransaction {
             guard changed > 0 else { throw StoreError("visitor id \(visitor.id) belongs to another organization") }
         }
         // Only the difference is written: a returning visitor's components rarely change.
-        let stored = Set(try connection.query("SELECT scope, name, hash FROM visitor_components WHERE visitor_id = ?1",
+        // A record read in this transaction is what the rows hold: BEGIN IMMEDIATE admits no other writer.
+        let known = previous.flatMap { $0.id == visitor.id && $0.organization == visitor.organization && touched > 0 ? $0 : nil }
+        let stored: Set<ComponentRecord>
+        if let known {
+            stored = Set(known.components)
+        } else {
+            stored = Set(try connection.query("SELECT scope, name, hash FROM visitor_components WHERE visitor_id = ?1",
                                               [.text(visitor.id)]) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) })
+        }
         let wanted = Set(visitor.components)
         for component in stored.subtracting(wanted) {
             try connection.execute("DELETE FROM visitor_components WHERE visitor_id = ?1 AND scope = ?2 AND name = ?3 AND hash = ?4",
@@ -202,9 +209,14 @@ final class SQLiteTransaction: StoreTransaction {
                                    [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name),
                                     .text(component.hash)])
         }
-        let storedKeys = Set(try connection.query("SELECT key_id FROM visitor_device_keys WHERE visitor_id = ?1", [.text(visitor.id)]) {
-            $0.text(0)
-        })
+        let storedKeys: Set<String>
+        if let known {
+            storedKeys = Set(known.deviceKeys)
+        } else {
+            storedKeys = Set(try connection.query("SELECT key_id FROM visitor_device_keys WHERE visitor_id = ?1", [.text(visitor.id)]) {
+                $0.text(0)
+            })
+        }
         let wantedKeys = Set(visitor.deviceKeys)
         for keyId in storedKeys.subtracting(wantedKeys) {
             try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = ?1 AND key_id = ?2", [.text(visitor.id), .text(keyId)])
