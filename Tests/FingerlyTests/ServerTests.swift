@@ -465,7 +465,7 @@ final class ServerProcess {
         }.start()
         var found: UInt16?
         for _ in 0..<3000 where found == nil {
-            if let line = output.value.split(separator: "\n").first(where: { $0.contains("listening on http://127.0.0.1:") }),
+            if let line = output.value.split(separator: "\n").first(where: { $0.contains("://127.0.0.1:") && $0.contains("listening on") }),
                let port = UInt16(line.split(separator: ":").last ?? "") {
                 found = port
             } else if waitpid(pid, nil, WNOHANG) == pid {
