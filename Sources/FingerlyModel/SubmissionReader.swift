@@ -355,9 +355,10 @@ package struct SubmissionReader {
         let start = index
         var value = 0
         while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
+            // Checked before the digit is added: a nineteenth digit could overflow Int.
+            guard index - start < Self.integerDigitLimit else { throw Deviation() }
             value = value * 10 + Int(bytes[index] - UInt8(ascii: "0"))
             index += 1
-            guard index - start <= Self.integerDigitLimit else { throw Deviation() }
         }
         let digits = index - start
         guard digits > 0, !(digits > 1 && bytes[start] == UInt8(ascii: "0")), !atTokenContinuation else { throw Deviation() }

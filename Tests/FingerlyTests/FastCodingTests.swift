@@ -70,6 +70,8 @@ struct FastCodingTests {
         (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1,"dmi.chassis_type":2"#, true), // duplicate signal
         (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1.0"#, true),               // a signal JSONDecoder reads as 1
         (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1e400"#, false),
+        (#""budgetMs":1200"#, #""budgetMs":9999999999999999999"#, false),           // 19 digits: past Int, refused by both
+        (#""budgetMs":1200"#, #""budgetMs":-9223372036854775808"#, true),           // Int.min: 19 digits, left to JSONDecoder
         (#""tag":"checkout""#, #""tag":"\udc00""#, false),                          // lone surrogate
         (#""tag":"checkout""#, #""tag":"a"#, false),                                // truncated
         (#""tag":"checkout""#, #""tag":"checkout","x":1."#, true),                  // JSONDecoder takes "1." in a member it skips
