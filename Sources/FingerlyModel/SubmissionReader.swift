@@ -1,7 +1,4 @@
 import FoundationEssentials
-#if canImport(Glibc)
-import Glibc
-#endif
 
 extension SubmissionBody {
     /// Decodes a `POST /v1/identify` body: with `SubmissionReader` when the body is in the form
@@ -474,7 +471,7 @@ package struct SubmissionReader {
         var text = String(decoding: bytes, as: UTF8.self)
         if ascii { return text }
         let same = text.withUTF8 { decoded in
-            decoded.count == bytes.count && (bytes.isEmpty || memcmp(decoded.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
+            decoded.count == bytes.count && decoded.elementsEqual(bytes)
         }
         guard same else { throw Deviation() }
         return text

@@ -117,8 +117,7 @@ struct ServerDurabilityTests {
             }
         }
         let submitSeconds = monotonicSeconds() - started
-        var status: Int32 = 0
-        while waitpid(first.pid, &status, 0) < 0 && errno == EINTR {}
+        let status = first.waitForExit()
         #expect((status & 0x7f) == SIGKILL, "the server was not killed by SIGKILL: status \(status)")
 
         let results = outcomes.value.map { $0 ?? .refused }

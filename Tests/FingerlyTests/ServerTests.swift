@@ -469,6 +469,7 @@ final class ServerProcess {
                let port = UInt16(line.split(separator: ":").last ?? "") {
                 found = port
             } else if waitpid(pid, nil, WNOHANG) == pid {
+                reaped = true
                 throw POSIXError(.ECHILD)
             } else {
                 usleep(10_000)
@@ -478,10 +479,27 @@ final class ServerProcess {
     }
 
     /// Sends SIGTERM and returns the exit status.
-    func terminate() -> Int32 {
-        kill(pid, SIGTERM)
+    /// Set once the process is reaped, so `deinit` never signals a pid the kernel may reuse.
+    private var reaped = false
+
+    /// A test that ends early, or forgets, leaves no server running.
+    deinit {
+        guard !reaped else { return }
+        kill(pid, SIGKILL)
+        while waitpid(pid, nil, 0) < 0 && errno == EINTR {}
+    }
+
+    /// Waits for the process to end and returns its raw wait status.
+    func waitForExit() -> Int32 {
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        reaped = true
+        return status
+    }
+
+    func terminate() -> Int32 {
+        kill(pid, SIGTERM)
+        let status = waitForExit()
         _ = readerDone.wait(timeout: .now() + 5)
         return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
     }
@@ -609,6 +627,7 @@ struct ServerEndToEndTests {
             }
         }
         #expect(remote[0].visitorId == remote[1].visitorId && remote[0].visitorId != remote[2].visitorId)
+        #expect(server.terminate() == 0)
     }
 
     @Test func theRealClientAgainstTheServer() throws {
