@@ -201,11 +201,7 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
     // MARK: Schema
 
     private static func currentVersion(_ connection: PostgresConnection) throws(StoreError) -> Int64 {
-        // to_regclass: a database no migration has touched yet has no table to read.
-        try connection.query("""
-            SELECT CASE WHEN to_regclass('schema_migrations') IS NULL THEN 0::bigint
-                        ELSE (SELECT COALESCE(MAX(version), 0)::bigint FROM schema_migrations) END
-            """, []) { $0.integer(0) }.first ?? 0
+        try connection.query("SELECT COALESCE(MAX(version), 0)::bigint FROM schema_migrations", []) { $0.integer(0) }.first ?? 0
     }
 
     /// Each migration in its own transaction under an advisory lock, re-reading the version
@@ -218,13 +214,14 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
             try retrying { connection throws(StoreError) in
                 _ = try connection.query("SELECT pg_advisory_xact_lock($1::integer, $2::integer)",
                                          [.integer(Int64(PostgresSchema.migrationLock.0)), .integer(Int64(PostgresSchema.migrationLock.1))]) { _ in () }
+                // Under the lock: two instances creating it at once would collide in the catalog.
+                try connection.command(PostgresSchema.createMigrationTable)
                 let current = try Self.currentVersion(connection)
                 guard current <= known else {
                     throw StoreError("the database is at schema version \(current), newer than this build's \(known): "
                         + "upgrade fingerly before opening it")
                 }
                 guard apply else { return }
-                try connection.command(PostgresSchema.createMigrationTable)
                 guard migration.version > current else { return }
                 for statement in migration.statements { try connection.command(statement) }
                 try connection.execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
