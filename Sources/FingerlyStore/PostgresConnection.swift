@@ -104,7 +104,11 @@ final class PostgresConnection {
         statements.removeAll()
     }
 
-    var isHealthy: Bool { handle.map { PQstatus($0) == CONNECTION_OK } ?? false }
+    /// Set when a statement failed in a way that leaves the session unusable though libpq may
+    /// still call it open (the server went away between two statements).
+    private var needsReset = false
+
+    var isHealthy: Bool { !needsReset && (handle.map { PQstatus($0) == CONNECTION_OK } ?? false) }
 
     /// Inside a transaction block (or a failed one) rather than idle.
     var isInTransaction: Bool {
@@ -119,6 +123,7 @@ final class PostgresConnection {
         statements.removeAll()
         PQreset(handle)
         guard PQstatus(handle) == CONNECTION_OK else { return false }
+        needsReset = false
         silenceNotices()
         return true
     }
@@ -200,7 +205,9 @@ final class PostgresConnection {
             message = Self.connectionMessage(handle)
         }
         lastSQLState = sqlState
-        let lost = handle.map { PQstatus($0) != CONNECTION_OK } ?? true
+        // No SQLSTATE: libpq's own error (the connection broke mid-exchange), not the server's.
+        let lost = sqlState.isEmpty || sqlState.hasPrefix("08") || sqlState.hasPrefix("57P") || (handle.map { PQstatus($0) != CONNECTION_OK } ?? true)
+        if lost { needsReset = true }
         throw StoreError("\(context): \(message)", isTransient: lost || Self.isTransient(sqlState: sqlState))
     }
 

@@ -103,10 +103,12 @@ final class PostgresCluster: @unchecked Sendable {
         })
     }
 
+    /// fsync off: the tests stop PostgreSQL, never the machine, so what a commit wrote to the
+    /// kernel survives. synchronous_commit stays on: an immediate stop must lose no commit.
     func start() throws {
         try lock.withLock {
             guard !running, let binaries = Self.binaries else { return }
-            let settings = "-c listen_addresses='' -c unix_socket_directories='\(directory)' -c fsync=off -c synchronous_commit=off "
+            let settings = "-c listen_addresses='' -c unix_socket_directories='\(directory)' -c fsync=off "
                 + "-c full_page_writes=off -c max_connections=200"
             try run(binaries + "/pg_ctl", ["-D", dataDirectory, "-l", directory + "/log", "-o", settings, "-w", "-t", "60", "start"])
             running = true
