@@ -290,3 +290,16 @@ enum PostgresServerTestsSupport {
         return results.value
     }
 }
+
+/// `fingerly-server migrate` on SQLite: the same command and the same version number as on PostgreSQL.
+@Suite struct MigrateCommandTests {
+    @Test func migrateAppliesTheSchemaAndPrintsItsVersion() throws {
+        let database = try TestPaths.temporaryDirectory("server-migrate") + "/db.sqlite"
+        let first = try runServerCLI(["migrate", "--db", database])
+        #expect(first.status == 0, "\(first.standardError)")
+        #expect(first.standardOutput == "schema version \(SQLiteSchema.latestVersion)\n")
+        #expect(SQLiteSchema.latestVersion == PostgresSchema.latestVersion)
+        #expect(try runServerCLI(["migrate", "--db=\(database)"]).standardOutput == first.standardOutput)
+        #expect(try runServerCLI(["migrate", "--frobnicate"]).status == 64)
+    }
+}
