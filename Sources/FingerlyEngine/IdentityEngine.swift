@@ -240,6 +240,9 @@ package final class IdentityEngine: Sendable {
                    record.bodyHash == bodyHash, !Self.expired(record.createdAt, now: now) {
                     return self.replay(record)
                 }
+                // Other processes may resolve the same host at this moment: the lock makes a
+                // second first report wait, then find the visitor the first one made.
+                try tx.lockIdentity(organization: organization, key: observed.instanceId ?? observed.hardwareId ?? "")
                 var holders: [VisitorRecord] = []
                 if let instanceId = observed.instanceId {
                     // A farm may hold thousands of clones of one instanceId: the store puts this

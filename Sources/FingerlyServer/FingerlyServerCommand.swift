@@ -34,14 +34,17 @@ package enum FingerlyServerCommand {
                fingerly-server keys suspend --org NAME [--db PATH]
                fingerly-server keys resume --org NAME [--db PATH]
                fingerly-server keys revoke --key fly_pk_… [--db PATH]
+               fingerly-server migrate [--db PATH|URL]
 
         Answers POST /v1/identify and GET /v1/events/{requestId} (docs/api.md) from a SQLite
-        database, plus GET /healthz and GET /metrics (Prometheus text).
+        database or PostgreSQL, plus GET /healthz and GET /metrics (Prometheus text).
 
         SERVE OPTIONS (each also a `key = value` line of the --config file; flags win):
           --listen ADDR             IPV4:PORT or [IPV6]:PORT (default 127.0.0.1:8080; port 0 picks one)
-          --database PATH           The SQLite database (default $STATE_DIRECTORY/fingerly-server.sqlite,
-                                    else /var/lib/fingerly-server/fingerly-server.sqlite); --db too
+          --database PATH|URL       The SQLite database (default $STATE_DIRECTORY/fingerly-server.sqlite,
+                                    else /var/lib/fingerly-server/fingerly-server.sqlite), or PostgreSQL as
+                                    postgres://user@host/db (PG* variables apply); --db too. Pending schema
+                                    migrations are applied at start; a newer schema is refused
           --body-limit BYTES        Largest request body (default 1048576): larger is 413
           --rate-limit N            Requests per second per key (default 100): more is 429
           --retention-days N        Events older than this are purged at start and hourly (default 30; 0 keeps all)
@@ -66,9 +69,10 @@ package enum FingerlyServerCommand {
         switch arguments.first {
         case "serve"?: return serve(Array(arguments.dropFirst()), io: io).rawValue
         case "keys"?: return KeyCommands.run(Array(arguments.dropFirst()), io: io).rawValue
+        case "migrate"?: return migrate(Array(arguments.dropFirst()), io: io).rawValue
         case "--help"?, "-h"?, "help"?: io.standardOutput(help); return ServerExit.success.rawValue
         default:
-            io.standardError("fingerly-server: expected a subcommand, serve or keys\nRun 'fingerly-server --help' for usage.\n")
+            io.standardError("fingerly-server: expected a subcommand, serve, keys or migrate\nRun 'fingerly-server --help' for usage.\n")
             return ServerExit.usage.rawValue
         }
     }
@@ -134,6 +138,44 @@ package enum FingerlyServerCommand {
         return configuration
     }
 
+    /// Applies pending migrations (each once, however many instances run it at once) and
+    /// prints the version the database is at.
+    private static func migrate(_ arguments: [String], io: ServerIO) -> ServerExit {
+        var database = ServerConfiguration.defaultDatabase(environment: io.environment)
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            if argument == "--help" { io.standardOutput(help); return .success }
+            if let value = ["--db=", "--database="].lazy.compactMap({ argument.hasPrefix($0) ? String(argument.dropFirst($0.count)) : nil }).first {
+                database = value
+            } else if argument == "--db" || argument == "--database", index + 1 < arguments.count {
+                database = arguments[index + 1]
+                index += 1
+            } else {
+                io.standardError("fingerly-server: migrate takes --db PATH|URL, not '\(argument)'\n")
+                return .usage
+            }
+            index += 1
+        }
+        guard !database.isEmpty else {
+            io.standardError("fingerly-server: migrate needs a non-empty --db\n")
+            return .usage
+        }
+        let store: any IdentityStore
+        do { store = try openStore(path: database) } catch {
+            io.standardError("fingerly-server: cannot migrate \(databaseLabel(database)): \(error.message)\n")
+            return .unavailable
+        }
+        defer { closeStore(store) }
+        do {
+            io.standardOutput("schema version \(try schemaVersion(store))\n")
+            return .success
+        } catch {
+            io.standardError("fingerly-server: \(error.message)\n")
+            return .unavailable
+        }
+    }
+
     private static func serve(_ arguments: [String], io: ServerIO) -> ServerExit {
         if arguments.contains("--help") { io.standardOutput(help); return .success }
         let configuration: ServerConfiguration
@@ -151,7 +193,7 @@ package enum FingerlyServerCommand {
 
         let store: any IdentityStore
         do { store = try openStore(path: configuration.database, serving: true) } catch {
-            io.standardError("fingerly-server: cannot open the database \(configuration.database): \(error.message)\n")
+            io.standardError("fingerly-server: cannot open the database \(databaseLabel(configuration.database)): \(error.message)\n")
             return .unavailable
         }
         let engine: IdentityEngine

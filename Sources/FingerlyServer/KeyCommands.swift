@@ -57,7 +57,7 @@ enum KeyCommands {
         let path = options["db"] ?? ServerConfiguration.defaultDatabase(environment: io.environment)
         let store: any IdentityStore
         do { store = try openStore(path: path) } catch {
-            io.standardError("fingerly-server: cannot open the database \(path): \(error.message)\n")
+            io.standardError("fingerly-server: cannot open the database \(databaseLabel(path)): \(error.message)\n")
             return .unavailable
         }
         do throws(StoreError) {

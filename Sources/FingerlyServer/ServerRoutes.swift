@@ -254,7 +254,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
             return .json(200, Array(#"{"status":"ok"}"#.utf8))
         } catch {
             metrics.storeError()
-            return .error(503, "unavailable", "The store is not reachable.")
+            return .error(503, "unavailable", "The store is not reachable.", headers: [("Retry-After", "1")])
         }
     }
 

@@ -165,6 +165,10 @@ package protocol StoreTransaction {
     /// written, without reading the rows again.
     func putVisitor(_ visitor: VisitorRecord, stored: VisitorRecord?) throws(StoreError)
     func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorRecord]
+    /// Holds, until this transaction ends, a lock on one host's identity in the organization
+    /// (`key`: its instanceId, else its hardwareId), so that concurrent first reports of one host,
+    /// even through different processes, resolve one after the other and make one visitor.
+    func lockIdentity(organization: String, key: String) throws(StoreError)
 
     // Events
     func insertEvent(_ event: EventRecord) throws(StoreError)

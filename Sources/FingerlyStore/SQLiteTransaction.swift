@@ -231,6 +231,11 @@ final class SQLiteTransaction: StoreTransaction {
                      [.text(organization), .integer(Self.clamped(limit))])
     }
 
+    /// Nothing to take: BEGIN IMMEDIATE already admits one writer to the whole database.
+    func lockIdentity(organization: String, key: String) throws(StoreError) {
+        _ = try open()
+    }
+
     // MARK: Events
 
     func insertEvent(_ event: EventRecord) throws(StoreError) {

@@ -3,9 +3,14 @@ import Synchronization
 import Testing
 @testable import FingerlyStore
 
-/// A store backend the contract cases run against. PostgreSQL joins as a second case.
+/// A store backend the contract cases run against.
 enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
     case sqlite
+    case postgres
+
+    /// PostgreSQL only where its server can be started (PostgresCluster.unavailableReason):
+    /// CI installs it, so there every case runs on both.
+    static var allCases: [StoreBackend] { PostgresCluster.isAvailable ? [.sqlite, .postgres] : [.sqlite] }
 
     var testDescription: String { rawValue }
 
@@ -19,6 +24,9 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
                 store.close()
                 try? FileManager.default.removeItem(atPath: directory)
             })
+        case .postgres:
+            let (store, dispose) = try PostgresCluster.shared().makeStore()
+            return (store, dispose)
         }
     }
 }

@@ -1,0 +1,114 @@
+/// SQLiteSchema's tables in PostgreSQL, under the same version numbers, so `fingerly-server
+/// migrate` and the start check speak of one schema whichever backend holds it. A migration once
+/// shipped never changes; a new version appends one here and in SQLiteSchema.
+///
+/// Text columns are COLLATE "C": SQLite compares text bytewise, and listings must come back in
+/// the same order from both backends whatever locale the database was created with.
+enum PostgresSchema {
+    struct Migration {
+        let version: Int64
+        let statements: [String]
+    }
+
+    static var latestVersion: Int64 { migrations.last?.version ?? 0 }
+
+    /// Two-key advisory lock (a key space apart from the one-key locks of `lockIdentity`) that
+    /// serializes instances migrating at the same moment.
+    static let migrationLock: (Int32, Int32) = (0x46_6C_79, 1)
+
+    static let createMigrationTable = """
+        CREATE TABLE IF NOT EXISTS schema_migrations (
+            version BIGINT PRIMARY KEY NOT NULL,
+            applied_at BIGINT NOT NULL
+        )
+        """
+
+    static let migrations: [Migration] = [
+        Migration(version: 1, statements: [
+            """
+            CREATE TABLE organizations (
+                name TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+                suspended BOOLEAN NOT NULL DEFAULT FALSE,
+                created_at BIGINT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE keys (
+                public_key TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+                secret_key_hash BYTEA NOT NULL UNIQUE,
+                organization TEXT COLLATE "C" NOT NULL REFERENCES organizations(name),
+                environment TEXT COLLATE "C" NOT NULL,
+                revoked BOOLEAN NOT NULL DEFAULT FALSE,
+                created_at BIGINT NOT NULL
+            )
+            """,
+            "CREATE INDEX keys_organization ON keys(organization)",
+            // The in-flight state is this row: its primary key is what makes two instances given
+            // one key at the same moment store one event.
+            """
+            CREATE TABLE idempotency (
+                organization TEXT COLLATE "C" NOT NULL,
+                key TEXT COLLATE "C" NOT NULL,
+                body_hash BYTEA NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('in_flight', 'complete')),
+                response BYTEA,
+                status BIGINT,
+                created_at BIGINT NOT NULL,
+                updated_at BIGINT NOT NULL,
+                PRIMARY KEY (organization, key)
+            )
+            """,
+            "CREATE INDEX idempotency_created_at ON idempotency(created_at)",
+            """
+            CREATE TABLE visitors (
+                id TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+                organization TEXT COLLATE "C" NOT NULL,
+                instance_id TEXT COLLATE "C",
+                hardware_id TEXT COLLATE "C",
+                first_seen BIGINT NOT NULL,
+                last_seen BIGINT NOT NULL
+            )
+            """,
+            "CREATE INDEX visitors_instance ON visitors(organization, instance_id)",
+            """
+            CREATE TABLE visitor_components (
+                visitor_id TEXT COLLATE "C" NOT NULL REFERENCES visitors(id) ON DELETE CASCADE,
+                organization TEXT COLLATE "C" NOT NULL,
+                scope TEXT COLLATE "C" NOT NULL,
+                name TEXT COLLATE "C" NOT NULL,
+                hash TEXT COLLATE "C" NOT NULL,
+                PRIMARY KEY (visitor_id, scope, name, hash)
+            )
+            """,
+            "CREATE INDEX visitor_components_hash ON visitor_components(organization, hash)",
+            """
+            CREATE TABLE visitor_device_keys (
+                visitor_id TEXT COLLATE "C" NOT NULL REFERENCES visitors(id) ON DELETE CASCADE,
+                key_id TEXT COLLATE "C" NOT NULL,
+                PRIMARY KEY (visitor_id, key_id)
+            )
+            """,
+            """
+            CREATE TABLE events (
+                request_id TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+                organization TEXT COLLATE "C" NOT NULL,
+                visitor_id TEXT COLLATE "C" NOT NULL,
+                received_at BIGINT NOT NULL,
+                document BYTEA NOT NULL
+            )
+            """,
+            "CREATE INDEX events_received_at ON events(received_at)",
+            """
+            CREATE TABLE counters (
+                bucket TEXT COLLATE "C" NOT NULL,
+                window_start BIGINT NOT NULL,
+                count BIGINT NOT NULL,
+                PRIMARY KEY (bucket, window_start)
+            )
+            """,
+            "CREATE INDEX counters_window ON counters(window_start)",
+        ]),
+        // As in SQLite: the window index cost a write per request and served only the sweep.
+        Migration(version: 2, statements: ["DROP INDEX counters_window"]),
+    ]
+}

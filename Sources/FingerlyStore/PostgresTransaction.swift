@@ -1,0 +1,344 @@
+import Foundation
+
+/// The operations of one PostgreSQL transaction; valid only inside the closure it was handed to.
+///
+/// READ COMMITTED with row locks where a read decides a write (PostgresStore says why):
+/// an idempotency record is read FOR UPDATE, and a key read as absent is then INSERTed without
+/// ON CONFLICT, so when two instances race on one new key the loser's insert waits for the
+/// winner's commit, fails with unique_violation, and the store runs the transaction again; the
+/// second run reads the winner's marker.
+final class PostgresTransaction: StoreTransaction {
+    private let connection: PostgresConnection
+    var isOpen = true
+    /// Idempotency keys (organization NUL key) this transaction read and found absent.
+    private var absentIdempotency: Set<String> = []
+
+    init(connection: PostgresConnection) {
+        self.connection = connection
+    }
+
+    private func open() throws(StoreError) -> PostgresConnection {
+        guard isOpen else { throw StoreError("a store transaction was used after it ended") }
+        return connection
+    }
+
+    private static func clamped(_ limit: Int) -> Int64 {
+        Int64(max(0, min(limit, SQLiteStore.maximumRows)))
+    }
+
+    /// Rows one sweep statement deletes at most: a sweep never holds many row locks at once.
+    private static let sweepBatch: Int64 = 1_000
+
+    // MARK: Organizations and keys
+
+    func organization(named name: String) throws(StoreError) -> OrganizationRecord? {
+        try open().query("SELECT name, suspended, created_at FROM organizations WHERE name = $1", [.text(name)]) {
+            OrganizationRecord(name: $0.text(0), suspended: $0.boolean(1), createdAt: $0.integer(2))
+        }.first
+    }
+
+    func ensureOrganization(named name: String, now: Int64) throws(StoreError) -> OrganizationRecord {
+        try open().execute("INSERT INTO organizations (name, suspended, created_at) VALUES ($1, FALSE, $2) ON CONFLICT (name) DO NOTHING",
+                           [.text(name), .integer(now)])
+        guard let organization = try organization(named: name) else { throw StoreError("an organization vanished while created") }
+        return organization
+    }
+
+    func setSuspended(_ suspended: Bool, organization name: String) throws(StoreError) -> Bool {
+        try open().execute("UPDATE organizations SET suspended = $1 WHERE name = $2", [.boolean(suspended), .text(name)]) > 0
+    }
+
+    private static let keyColumns = "public_key, secret_key_hash, organization, environment, revoked, created_at"
+
+    private static func key(_ row: PostgresRow) -> KeyRecord {
+        KeyRecord(publicKey: row.text(0), secretKeyHash: row.bytes(1), organization: row.text(2), environment: row.text(3),
+                  revoked: row.boolean(4), createdAt: row.integer(5))
+    }
+
+    func insertKey(_ key: KeyRecord) throws(StoreError) {
+        try open().execute("INSERT INTO keys (\(Self.keyColumns)) VALUES ($1, $2, $3, $4, $5, $6)",
+                           [.text(key.publicKey), .bytes(key.secretKeyHash), .text(key.organization), .text(key.environment),
+                            .boolean(key.revoked), .integer(key.createdAt)])
+    }
+
+    func key(publicKey: String) throws(StoreError) -> KeyRecord? {
+        try open().query("SELECT \(Self.keyColumns) FROM keys WHERE public_key = $1", [.text(publicKey)], row: Self.key).first
+    }
+
+    func key(secretKeyHash: [UInt8]) throws(StoreError) -> KeyRecord? {
+        try open().query("SELECT \(Self.keyColumns) FROM keys WHERE secret_key_hash = $1", [.bytes(secretKeyHash)], row: Self.key).first
+    }
+
+    func revokeKey(publicKey: String) throws(StoreError) -> Bool {
+        try open().execute("UPDATE keys SET revoked = TRUE WHERE public_key = $1", [.text(publicKey)]) > 0
+    }
+
+    func keys(organization: String?) throws(StoreError) -> [KeyRecord] {
+        let limit = Int64(SQLiteStore.maximumRows)
+        if let organization {
+            return try open().query("SELECT \(Self.keyColumns) FROM keys WHERE organization = $1 ORDER BY created_at, public_key LIMIT $2",
+                                    [.text(organization), .integer(limit)], row: Self.key)
+        }
+        return try open().query("SELECT \(Self.keyColumns) FROM keys ORDER BY organization, created_at, public_key LIMIT $1",
+                                [.integer(limit)], row: Self.key)
+    }
+
+    // MARK: Idempotency
+
+    private static func idempotencyKey(_ organization: String, _ key: String) -> String { organization + "\u{0}" + key }
+
+    func idempotency(organization: String, key: String) throws(StoreError) -> IdempotencyRecord? {
+        // FOR UPDATE: the engine writes what it decided from this read; another instance's
+        // transaction on the same key waits here instead of deciding from the same old row.
+        let record = try open().query("""
+            SELECT body_hash, state, response, status, created_at, updated_at FROM idempotency
+            WHERE organization = $1 AND key = $2 FOR UPDATE
+            """, [.text(organization), .text(key)]) { row throws(StoreError) in
+            let stateText = row.text(1)
+            guard let state = IdempotencyRecord.State(rawValue: stateText) else {
+                throw StoreError("an idempotency record has the unknown state \(stateText)")
+            }
+            return IdempotencyRecord(organization: organization, key: key, bodyHash: row.bytes(0), state: state,
+                                     response: row.optionalBytes(2), status: row.optionalInteger(3).map { Int($0) },
+                                     createdAt: row.integer(4), updatedAt: row.integer(5))
+        }.first
+        let marker = Self.idempotencyKey(organization, key)
+        if record == nil { absentIdempotency.insert(marker) } else { absentIdempotency.remove(marker) }
+        return record
+    }
+
+    func putIdempotency(_ record: IdempotencyRecord) throws(StoreError) {
+        let connection = try open()
+        let values: [PostgresValue] = [.text(record.organization), .text(record.key), .bytes(record.bodyHash), .text(record.state.rawValue),
+                                       .optionalBytes(record.response), .optionalInteger(record.status), .integer(record.createdAt),
+                                       .integer(record.updatedAt)]
+        let marker = Self.idempotencyKey(record.organization, record.key)
+        if absentIdempotency.contains(marker) {
+            // Read as absent: another transaction inserting it meanwhile must make this one fail
+            // and run again, never overwrite its marker.
+            do {
+                try connection.execute("""
+                    INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                    """, values)
+            } catch {
+                guard connection.lastSQLState == "23505" else { throw error }
+                throw StoreError("another transaction stored the same idempotency key", isTransient: true)
+            }
+            absentIdempotency.remove(marker)
+            return
+        }
+        try connection.execute("""
+            INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+            ON CONFLICT (organization, key) DO UPDATE SET body_hash = excluded.body_hash, state = excluded.state,
+                response = excluded.response, status = excluded.status, created_at = excluded.created_at, updated_at = excluded.updated_at
+            """, values)
+    }
+
+    func deleteIdempotency(organization: String, key: String) throws(StoreError) {
+        try open().execute("DELETE FROM idempotency WHERE organization = $1 AND key = $2", [.text(organization), .text(key)])
+        absentIdempotency.remove(Self.idempotencyKey(organization, key))
+    }
+
+    /// Safe on every instance at once: rows another sweep holds are skipped, not waited for.
+    func expireIdempotency(createdBefore cutoff: Int64) throws(StoreError) -> Int {
+        try sweep("""
+            DELETE FROM idempotency WHERE (organization, key) IN (
+                SELECT organization, key FROM idempotency WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+            """, cutoff)
+    }
+
+    private func sweep(_ sql: String, _ cutoff: Int64) throws(StoreError) -> Int {
+        let connection = try open()
+        var total = 0
+        while true {
+            let deleted = try connection.execute(sql, [.integer(cutoff), .integer(Self.sweepBatch)])
+            total += deleted
+            if Int64(deleted) < Self.sweepBatch { return total }
+        }
+    }
+
+    // MARK: Visitors
+
+    private static let visitorColumns = "id, organization, instance_id, hardware_id, first_seen, last_seen"
+
+    private func visitors(_ sql: String, _ values: [PostgresValue]) throws(StoreError) -> [VisitorRecord] {
+        let connection = try open()
+        let rows = try connection.query(sql, values) {
+            VisitorRecord(id: $0.text(0), organization: $0.text(1), instanceId: $0.optionalText(2), hardwareId: $0.optionalText(3),
+                          firstSeen: $0.integer(4), lastSeen: $0.integer(5), components: [], deviceKeys: [])
+        }
+        return try rows.map { visitor throws(StoreError) in
+            var visitor = visitor
+            visitor.components = try connection.query(
+                "SELECT scope, name, hash FROM visitor_components WHERE visitor_id = $1 ORDER BY scope, name, hash",
+                [.text(visitor.id)]) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) }
+            visitor.deviceKeys = try connection.query(
+                "SELECT key_id FROM visitor_device_keys WHERE visitor_id = $1 ORDER BY key_id", [.text(visitor.id)]) { $0.text(0) }
+            return visitor
+        }
+    }
+
+    func visitor(id: String, organization: String) throws(StoreError) -> VisitorRecord? {
+        try visitors("SELECT \(Self.visitorColumns) FROM visitors WHERE id = $1 AND organization = $2", [.text(id), .text(organization)]).first
+    }
+
+    func visitors(instanceId: String, organization: String, preferringHardwareId hardwareId: String?, limit: Int) throws(StoreError) -> [VisitorRecord] {
+        try visitors("""
+            SELECT \(Self.visitorColumns) FROM visitors WHERE organization = $1 AND instance_id = $2
+            ORDER BY CASE WHEN hardware_id = $3::text THEN 0 WHEN hardware_id IS NULL THEN 1 ELSE 2 END, last_seen DESC, id
+            LIMIT $4
+            """, [.text(organization), .text(instanceId), .optionalText(hardwareId), .integer(Self.clamped(limit))])
+    }
+
+    func visitors(sharingAnyOf hashes: [String], organization: String, limit: Int) throws(StoreError) -> [VisitorRecord] {
+        let distinct = Array(Set(hashes))
+        guard !distinct.isEmpty, limit > 0 else { return [] }
+        guard distinct.count <= SQLiteStore.maximumLookupHashes else {
+            throw StoreError("a visitor lookup by \(distinct.count) component hashes exceeds \(SQLiteStore.maximumLookupHashes)")
+        }
+        // One parameter (a JSON array) instead of an IN list as long as the input: one prepared statement.
+        let list: String
+        do {
+            list = String(decoding: try JSONEncoder().encode(distinct), as: UTF8.self)
+        } catch {
+            throw StoreError("cannot encode a component lookup")
+        }
+        return try visitors("""
+            SELECT \(Self.visitorColumns) FROM visitors JOIN (
+                SELECT visitor_id, COUNT(*) AS shared FROM visitor_components
+                WHERE organization = $1 AND hash IN (SELECT jsonb_array_elements_text($2::jsonb))
+                GROUP BY visitor_id ORDER BY shared DESC, visitor_id LIMIT $3
+            ) AS matches ON matches.visitor_id = visitors.id
+            WHERE visitors.organization = $1
+            ORDER BY matches.shared DESC, visitors.id
+            """, [.text(organization), .text(list), .integer(Self.clamped(limit))])
+    }
+
+    func putVisitor(_ visitor: VisitorRecord, stored previous: VisitorRecord?) throws(StoreError) {
+        let connection = try open()
+        guard visitor.components.count <= SQLiteStore.maximumVisitorComponents, visitor.deviceKeys.count <= SQLiteStore.maximumVisitorComponents else {
+            throw StoreError("a visitor with \(visitor.components.count) components and \(visitor.deviceKeys.count) device keys exceeds "
+                + "\(SQLiteStore.maximumVisitorComponents) of either")
+        }
+        let touched = try connection.execute("""
+            UPDATE visitors SET first_seen = $1, last_seen = $2
+            WHERE id = $3 AND organization = $4 AND instance_id IS NOT DISTINCT FROM $5::text AND hardware_id IS NOT DISTINCT FROM $6::text
+            """, [.integer(visitor.firstSeen), .integer(visitor.lastSeen), .text(visitor.id), .text(visitor.organization),
+                  .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId)])
+        if touched == 0 {
+            // An id taken by another organization is never overwritten: the WHERE leaves it as it is.
+            let changed = try connection.execute("""
+                INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) VALUES ($1, $2, $3, $4, $5, $6)
+                ON CONFLICT (id) DO UPDATE SET instance_id = excluded.instance_id, hardware_id = excluded.hardware_id,
+                    first_seen = excluded.first_seen, last_seen = excluded.last_seen
+                WHERE visitors.organization = excluded.organization
+                """, [.text(visitor.id), .text(visitor.organization), .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId),
+                      .integer(visitor.firstSeen), .integer(visitor.lastSeen)])
+            guard changed > 0 else { throw StoreError("visitor id \(visitor.id) belongs to another organization") }
+        }
+        // The UPDATE above locked the visitor's row, but a row read before it (`previous`) may
+        // predate another instance's change to the components: inserts skip what is there and
+        // deletes of what is gone change nothing, so the difference is still safe to apply.
+        let known = previous.flatMap { $0.id == visitor.id && $0.organization == visitor.organization && touched > 0 ? $0 : nil }
+        let stored: Set<ComponentRecord>
+        if let known {
+            stored = Set(known.components)
+        } else {
+            stored = Set(try connection.query("SELECT scope, name, hash FROM visitor_components WHERE visitor_id = $1",
+                                              [.text(visitor.id)]) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) })
+        }
+        let wanted = Set(visitor.components)
+        for component in stored.subtracting(wanted) {
+            try connection.execute("DELETE FROM visitor_components WHERE visitor_id = $1 AND scope = $2 AND name = $3 AND hash = $4",
+                                   [.text(visitor.id), .text(component.scope), .text(component.name), .text(component.hash)])
+        }
+        for component in wanted.subtracting(stored) {
+            try connection.execute("""
+                INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES ($1, $2, $3, $4, $5)
+                ON CONFLICT DO NOTHING
+                """, [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name), .text(component.hash)])
+        }
+        let storedKeys: Set<String>
+        if let known {
+            storedKeys = Set(known.deviceKeys)
+        } else {
+            storedKeys = Set(try connection.query("SELECT key_id FROM visitor_device_keys WHERE visitor_id = $1", [.text(visitor.id)]) {
+                $0.text(0)
+            })
+        }
+        let wantedKeys = Set(visitor.deviceKeys)
+        for keyId in storedKeys.subtracting(wantedKeys) {
+            try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = $1 AND key_id = $2", [.text(visitor.id), .text(keyId)])
+        }
+        for keyId in wantedKeys.subtracting(storedKeys) {
+            try connection.execute("INSERT INTO visitor_device_keys (visitor_id, key_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                                   [.text(visitor.id), .text(keyId)])
+        }
+    }
+
+    func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorRecord] {
+        try visitors("SELECT \(Self.visitorColumns) FROM visitors WHERE organization = $1 ORDER BY last_seen DESC, id LIMIT $2",
+                     [.text(organization), .integer(Self.clamped(limit))])
+    }
+
+    /// A transaction-scoped advisory lock on a 64-bit hash of the organization and the key: a
+    /// lock, not a unique constraint, because resolution may legitimately make a second visitor
+    /// for one instanceId (a cloned image). Two hosts whose keys collide only wait for each other.
+    func lockIdentity(organization: String, key: String) throws(StoreError) {
+        _ = try open().query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
+                             [.text(organization), .text(key)]) { _ in () }
+    }
+
+    // MARK: Events
+
+    func insertEvent(_ event: EventRecord) throws(StoreError) {
+        try open().execute("INSERT INTO events (request_id, organization, visitor_id, received_at, document) VALUES ($1, $2, $3, $4, $5)",
+                           [.text(event.requestId), .text(event.organization), .text(event.visitorId), .integer(event.receivedAt),
+                            .bytes(event.document)])
+    }
+
+    func event(requestId: String, organization: String) throws(StoreError) -> EventRecord? {
+        try open().query("SELECT visitor_id, received_at, document FROM events WHERE request_id = $1 AND organization = $2",
+                         [.text(requestId), .text(organization)]) {
+            EventRecord(requestId: requestId, organization: organization, visitorId: $0.text(0), receivedAt: $0.integer(1),
+                        document: $0.bytes(2))
+        }.first
+    }
+
+    func eventCount(organization: String?) throws(StoreError) -> Int {
+        let counts = if let organization {
+            try open().query("SELECT COUNT(*) FROM events WHERE organization = $1", [.text(organization)]) { $0.integer(0) }
+        } else {
+            try open().query("SELECT COUNT(*) FROM events", []) { $0.integer(0) }
+        }
+        return Int(counts.first ?? 0)
+    }
+
+    func expireEvents(receivedBefore cutoff: Int64) throws(StoreError) -> Int {
+        try sweep("""
+            DELETE FROM events WHERE request_id IN (
+                SELECT request_id FROM events WHERE received_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+            """, cutoff)
+    }
+
+    // MARK: Rate limits
+
+    func incrementCounter(bucket: String, window: Int64) throws(StoreError) -> Int {
+        let counts = try open().query("""
+            INSERT INTO counters (bucket, window_start, count) VALUES ($1, $2, 1)
+            ON CONFLICT (bucket, window_start) DO UPDATE SET count = counters.count + 1
+            RETURNING count
+            """, [.text(bucket), .integer(window)]) { $0.integer(0) }
+        guard let count = counts.first else { throw StoreError("a counter increment returned nothing") }
+        return Int(count)
+    }
+
+    func expireCounters(windowsBefore cutoff: Int64) throws(StoreError) -> Int {
+        try sweep("""
+            DELETE FROM counters WHERE (bucket, window_start) IN (
+                SELECT bucket, window_start FROM counters WHERE window_start < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+            """, cutoff)
+    }
+}
