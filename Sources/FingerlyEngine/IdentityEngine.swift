@@ -90,6 +90,27 @@ package final class IdentityEngine: Sendable {
         case proceed(createdAt: Int64)
     }
 
+    /// Longest identifier, component name or hash stored: the client writes 64 hex digits and
+    /// short kind names.
+    package static let identifierByteLimit = 128
+
+    /// The first identifier the store would keep that is not 1–128 printable ASCII characters.
+    /// They become indexed text columns: a NUL, which JSON allows, is refused by PostgreSQL and
+    /// kept by SQLite, and both backends must answer alike (and a megabyte id is no id).
+    static func invalidIdentifierField(_ report: SignalReport) -> String? {
+        func valid(_ text: String) -> Bool {
+            text.utf8.count <= identifierByteLimit && !text.isEmpty && text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
+        }
+        if let id = report.identity.instanceId, !valid(id) { return "report.identity.instanceId" }
+        if let id = report.identity.hardwareId, !valid(id) { return "report.identity.hardwareId" }
+        for (probeIndex, probe) in report.probes.enumerated() {
+            for (index, component) in probe.identityComponents.enumerated() where !valid(component.name) || !valid(component.hash) {
+                return "report.probes[\(probeIndex)].identityComponents[\(index)].\(valid(component.name) ? "hash" : "name")"
+            }
+        }
+        return nil
+    }
+
     /// `POST /v1/identify` for an authenticated organization.
     package func identify(organization: String, idempotencyKey: String, body: [UInt8], deviceKeyID: String?,
                           signatureVerified: Bool, now: Int64) -> EngineAnswer {
@@ -210,6 +231,9 @@ package final class IdentityEngine: Sendable {
         let report = submission.report
         guard report.schemaVersion == SignalReport.currentSchemaVersion else {
             return .badRequest("Field 'report.schemaVersion' is \(report.schemaVersion); this server reads \(SignalReport.currentSchemaVersion).")
+        }
+        if let field = Self.invalidIdentifierField(report) {
+            return .badRequest("Field '\(field)' must be 1 to \(Self.identifierByteLimit) printable ASCII characters.")
         }
 
         // 3. Judged here from the signals, whatever verdicts a client may claim.

@@ -256,6 +256,40 @@ extension EngineAnswer {
         #expect(try under.identify(try F.body(F.report(F.host(), tag: "other")), key: "k", organization: "globex").identifyAnswer().visitorIsNew)
     }
 
+    /// Identifiers become indexed text in either backend: a NUL (valid JSON, refused by
+    /// PostgreSQL), a control character or a megabyte of id is a 400 naming the field, on SQLite too.
+    @Test func identifiersThatAreNotShortPrintableTextAre400() throws {
+        let under = try EngineUnderTest("identifiers")
+        let report = F.report(F.host())
+        func replacing(instanceId: String? = nil, componentHash: String? = nil) -> SignalReport {
+            let identity = HostIdentity(hardwareId: report.identity.hardwareId, hardwareIdVersion: 1,
+                                        instanceId: instanceId ?? report.identity.instanceId, instanceIdVersion: 1,
+                                        hardwareComponents: [], instanceComponents: [], rootOnlyEvidence: [])
+            var probes = report.probes
+            if let componentHash {
+                let probe = probes[0]
+                var components = probe.identityComponents
+                components[1] = IdentityComponent(scope: components[1].scope, name: components[1].name, hash: componentHash, worldReadable: true)
+                probes[0] = ProbeEntry(id: probe.id, tier: probe.tier, status: probe.status, durationMs: probe.durationMs, issues: probe.issues,
+                                       signals: probe.signals, identityComponents: components)
+            }
+            return SignalReport(schemaVersion: 2, collectorVersion: "0.1.0", collectedAt: report.collectedAt, root: "/", tiers: [.fast],
+                                budgetMs: 1200, elapsedMs: 1, probes: probes, identity: identity)
+        }
+        for (bad, field) in [(replacing(instanceId: "machine\u{0}id"), "report.identity.instanceId"),
+                             (replacing(instanceId: "tab\there"), "report.identity.instanceId"),
+                             (replacing(instanceId: ""), "report.identity.instanceId"),
+                             (replacing(componentHash: String(repeating: "a", count: 129)), "report.probes[0].identityComponents[1].hash"),
+                             (replacing(componentHash: "é"), "report.probes[0].identityComponents[1].hash")] {
+            let answer = under.identify(try F.body(bad))
+            #expect(answer.status == 400 && answer.code == "bad_request")
+            #expect(try answer.wireError().error.message.contains(field))
+        }
+        #expect(try under.eventCount() == 0)
+        // The in-flight marker of a refused body is gone: the same key may be used again.
+        #expect(try under.identify(try F.body(report)).identifyAnswer().visitorIsNew)
+    }
+
     @Test func anInFlightKeyIs409UntilItIsStaleThenTakenOver() throws {
         let under = try EngineUnderTest("inflight")
         let body = try F.body(F.report(F.host()))
