@@ -17,10 +17,10 @@ struct CConfiguration: Decodable {
             let container = try decoder.container(keyedBy: MemberName.self)
             try MemberName.refuseUnknown(in: container, allowed: ["budgetMs", "concurrency", "defaultSourceTimeoutMs",
                                                                   "sourceTimeoutOverrideMs", "tiers"], object: "schedule")
-            budgetMs = try container.decodeIfPresent(Int.self, forKey: "budgetMs")
-            concurrency = try container.decodeIfPresent(Int.self, forKey: "concurrency")
-            defaultSourceTimeoutMs = try container.decodeIfPresent(Int.self, forKey: "defaultSourceTimeoutMs")
-            sourceTimeoutOverrideMs = try container.decodeIfPresent(Int.self, forKey: "sourceTimeoutOverrideMs")
+            budgetMs = try container.integer("budgetMs", in: "schedule")
+            concurrency = try container.integer("concurrency", in: "schedule")
+            defaultSourceTimeoutMs = try container.integer("defaultSourceTimeoutMs", in: "schedule")
+            sourceTimeoutOverrideMs = try container.integer("sourceTimeoutOverrideMs", in: "schedule")
             tiers = try container.decodeIfPresent([Tier].self, forKey: "tiers")
         }
     }
@@ -37,9 +37,9 @@ struct CConfiguration: Decodable {
             let container = try decoder.container(keyedBy: MemberName.self)
             try MemberName.refuseUnknown(in: container, allowed: ["attempts", "deadlineMs", "attemptTimeoutMs", "caFile", "pins",
                                                                   "localResultOnFailure"], object: "submission")
-            attempts = try container.decodeIfPresent(Int.self, forKey: "attempts")
-            deadlineMs = try container.decodeIfPresent(Int.self, forKey: "deadlineMs")
-            attemptTimeoutMs = try container.decodeIfPresent(Int.self, forKey: "attemptTimeoutMs")
+            attempts = try container.integer("attempts", in: "submission")
+            deadlineMs = try container.integer("deadlineMs", in: "submission")
+            attemptTimeoutMs = try container.integer("attemptTimeoutMs", in: "submission")
             caFile = try container.decodeIfPresent(String.self, forKey: "caFile")
             pins = try container.decodeIfPresent([String].self, forKey: "pins")
             localResultOnFailure = try container.decodeIfPresent(Bool.self, forKey: "localResultOnFailure")
@@ -95,7 +95,7 @@ struct CConfiguration: Decodable {
 
     private static func describe(_ type: Any.Type) -> String {
         switch type {
-        case is Int.Type: return "an integer"
+        case is Int.Type, is Double.Type: return "a number"
         case is String.Type: return "a string"
         case is Bool.Type: return "true or false"
         default: return "a \(type)".lowercased()
@@ -143,5 +143,18 @@ struct MemberName: CodingKey, ExpressibleByStringLiteral {
             let names = unknown.prefix(4).map { "'\(BoundedText.bounded($0, limit: 40))'" }.joined(separator: ", ")
             throw .configuration("config: unknown member(s) of \(object): \(names); known: \(allowed.sorted().joined(separator: ", "))")
         }
+    }
+}
+
+extension KeyedDecodingContainer where Key == MemberName {
+    /// An integer member. Read as a double first: Foundation's decoder reports 1e300 or 1.5 for an
+    /// Int as "not valid JSON", which names neither the member nor the problem.
+    func integer(_ name: String, in object: String) throws -> Int? {
+        guard let number = try decodeIfPresent(Double.self, forKey: MemberName(stringValue: name)) else { return nil }
+        // ±2^53: every integer a double holds exactly, far beyond any budget or count.
+        guard number.rounded() == number, abs(number) <= 9_007_199_254_740_992, let value = Int(exactly: number) else {
+            throw CallFailure.configuration("config: \(object).\(name) must be an integer, got \(number)")
+        }
+        return value
     }
 }
