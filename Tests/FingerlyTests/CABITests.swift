@@ -218,4 +218,48 @@ struct CABITests {
         #expect(noLeaks || definitelyLost?.contains("definitely lost: 0 bytes in 0 blocks") == true,
                 "\(definitelyLost ?? "no leak summary")\n\(report.suffix(4000))")
     }
+
+    /// The README's install command, run as written in a directory of its own, with pip kept off
+    /// every index: the package must build offline.
+    static func freshVirtualEnvironment(_ label: String, systemSitePackages: Bool = false) throws -> String {
+        let readme = try String(contentsOfFile: TestPaths.packageRoot + "/README.md", encoding: .utf8)
+        let command = "python3 -m venv venv && venv/bin/pip install ./bindings/python"
+        try #require(readme.contains("\n" + command + "\n"), "README.md no longer shows: \(command)")
+        let directory = try TestPaths.temporaryDirectory(label)
+        try FileManager.default.createSymbolicLink(atPath: directory + "/bindings", withDestinationPath: TestPaths.packageRoot + "/bindings")
+        let venvCommand = systemSitePackages ? command.replacingOccurrences(of: "-m venv venv", with: "-m venv --system-site-packages venv") : command
+        let install = try runShell("cd \"$1\" && PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \(venvCommand)", directory)
+        try #require(install.status == 0, "\(venvCommand): \(install.standardOutput)\(install.standardError)")
+        return directory + "/venv"
+    }
+
+    @Test func readmePythonExampleAndTheIssuesOneLinerRunInAFreshVenv() async throws {
+        let venv = try Self.freshVirtualEnvironment("cabi-venv")
+        let environment = try InstalledLibrary.environment(["FINGERLY_LIBRARY": try InstalledLibrary.library])
+        let example = try InstalledLibrary.readmeExample("Python", fence: "python")
+        let run = try runProcess(venv + "/bin/python", ["-c", example], environment: environment)
+        #expect(run.status == 0, "\(run.standardError)")
+        let lines = run.standardOutput.split(separator: "\n")
+        #expect(lines.first?.hasPrefix("collected ") == true, "\(run.standardOutput)")
+        #expect(lines.last?.hasPrefix("no consent: consent is denied") == true, "\(run.standardOutput)")
+
+        let oneLiner = "import fingerly; print(fingerly.load(api_key=None).identify(submit=False).verdicts.virtualization.value)"
+        let printed = try runProcess(venv + "/bin/python", ["-c", oneLiner], environment: environment)
+        #expect(printed.status == 0, "\(printed.standardError)")
+        // The same verdict the Swift library reaches on this host.
+        let fingerly = try Fingerly.loadBlocking(apiKey: nil, options: FingerlyOptions(stateDirectory: environment["STATE_DIRECTORY"]))
+        let expected = try await fingerly.identify(submit: false).verdicts.virtualization.value
+        #expect(printed.standardOutput == (expected ? "True\n" : "False\n"))
+    }
+
+    @Test func pythonPackagePassesItsPytestSuite() throws {
+        let venv = try Self.freshVirtualEnvironment("cabi-pytest", systemSitePackages: true)
+        let run = try runProcess(venv + "/bin/python", ["-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                                        TestPaths.packageRoot + "/bindings/python/tests"],
+                                 // No bytecode written into the source tree.
+                                 environment: try InstalledLibrary.environment(["FINGERLY_LIBRARY": try InstalledLibrary.library,
+                                                                                "PYTHONDONTWRITEBYTECODE": "1"]))
+        #expect(run.status == 0, "\(run.standardOutput)\(run.standardError)")
+        #expect(run.standardOutput.contains(" passed") && !run.standardOutput.contains("failed"), "\(run.standardOutput)")
+    }
 }
