@@ -7,23 +7,25 @@ import Glibc
 #endif
 
 // The functions of include/fingerly.h. Each one turns every failure into a fingerly_error and a
-// negative result: nothing thrown, and no argument a C caller can pass reaches a trap.
+// negative result: nothing thrown, and no argument a C caller can pass reaches a trap. They are
+// public only so a release build's dead stripping keeps them; the version script exports them
+// and hides every Swift symbol.
 
 /// Lives as long as the process: `fingerly_version` hands out a pointer into it.
 nonisolated(unsafe) private let versionText: UnsafeMutablePointer<CChar> = strdup(Fingerly.version)
 
 @_cdecl("fingerly_version")
-func fingerlyVersion() -> UnsafePointer<CChar> {
+public func fingerlyVersion() -> UnsafePointer<CChar> {
     UnsafePointer(versionText)
 }
 
 @_cdecl("fingerly_free")
-func fingerlyFree(_ text: UnsafeMutablePointer<CChar>?) {
+public func fingerlyFree(_ text: UnsafeMutablePointer<CChar>?) {
     free(text)
 }
 
 @_cdecl("fingerly_load")
-func fingerlyLoad(_ configJSON: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+public func fingerlyLoad(_ configJSON: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?,
                   _ record: UnsafeMutableRawPointer?) -> Int32 {
     do throws(CallFailure) {
         guard let out else { throw .configuration("out is NULL") }
@@ -38,13 +40,13 @@ func fingerlyLoad(_ configJSON: UnsafePointer<CChar>?, _ out: UnsafeMutablePoint
 }
 
 @_cdecl("fingerly_close")
-func fingerlyClose(_ handle: OpaquePointer?) {
+public func fingerlyClose(_ handle: OpaquePointer?) {
     guard let handle else { return }
     Unmanaged<Fingerly>.fromOpaque(UnsafeRawPointer(handle)).release()
 }
 
 @_cdecl("fingerly_identify")
-func fingerlyIdentify(_ handle: OpaquePointer?, _ tag: UnsafePointer<CChar>?, _ tiers: UInt32, _ submit: Bool,
+public func fingerlyIdentify(_ handle: OpaquePointer?, _ tag: UnsafePointer<CChar>?, _ tiers: UInt32, _ submit: Bool,
                       _ resultJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ record: UnsafeMutableRawPointer?) -> Int32 {
     do throws(CallFailure) {
         let slot = try resultSlot(resultJSON, "result_json")
@@ -66,7 +68,7 @@ func identifyJSON(_ handle: OpaquePointer?, _ tag: UnsafePointer<CChar>?, _ tier
 }
 
 @_cdecl("fingerly_collect")
-func fingerlyCollect(_ handle: OpaquePointer?, _ tag: UnsafePointer<CChar>?, _ tiers: UInt32,
+public func fingerlyCollect(_ handle: OpaquePointer?, _ tag: UnsafePointer<CChar>?, _ tiers: UInt32,
                      _ reportJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ record: UnsafeMutableRawPointer?) -> Int32 {
     do throws(CallFailure) {
         let slot = try resultSlot(reportJSON, "report_json")
@@ -82,7 +84,7 @@ func fingerlyCollect(_ handle: OpaquePointer?, _ tag: UnsafePointer<CChar>?, _ t
 }
 
 @_cdecl("fingerly_check_integrity")
-func fingerlyCheckIntegrity(_ handle: OpaquePointer?, _ tiers: UInt32,
+public func fingerlyCheckIntegrity(_ handle: OpaquePointer?, _ tiers: UInt32,
                             _ resultJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ record: UnsafeMutableRawPointer?) -> Int32 {
     do throws(CallFailure) {
         let slot = try resultSlot(resultJSON, "result_json")
@@ -97,7 +99,7 @@ func fingerlyCheckIntegrity(_ handle: OpaquePointer?, _ tiers: UInt32,
 }
 
 @_cdecl("fingerly_set_consent")
-func fingerlySetConsent(_ handle: OpaquePointer?, _ consent: UnsafePointer<CChar>?, _ record: UnsafeMutableRawPointer?) -> Int32 {
+public func fingerlySetConsent(_ handle: OpaquePointer?, _ consent: UnsafePointer<CChar>?, _ record: UnsafeMutableRawPointer?) -> Int32 {
     do throws(CallFailure) {
         let fingerly = try instance(handle)
         let name = try text(consent, "consent") ?? ""
@@ -112,7 +114,7 @@ func fingerlySetConsent(_ handle: OpaquePointer?, _ consent: UnsafePointer<CChar
 }
 
 @_cdecl("fingerly_flush")
-func fingerlyFlush(_ handle: OpaquePointer?, _ resultJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+public func fingerlyFlush(_ handle: OpaquePointer?, _ resultJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
                    _ record: UnsafeMutableRawPointer?) -> Int32 {
     do throws(CallFailure) {
         resultJSON?.pointee = nil
@@ -126,7 +128,7 @@ func fingerlyFlush(_ handle: OpaquePointer?, _ resultJSON: UnsafeMutablePointer<
 }
 
 @_cdecl("fingerly_clear_device_identity")
-func fingerlyClearDeviceIdentity(_ handle: OpaquePointer?, _ record: UnsafeMutableRawPointer?) -> Int32 {
+public func fingerlyClearDeviceIdentity(_ handle: OpaquePointer?, _ record: UnsafeMutableRawPointer?) -> Int32 {
     do throws(CallFailure) {
         let fingerly = try instance(handle)
         do {
@@ -147,7 +149,7 @@ private struct CallbackTarget: @unchecked Sendable {
 }
 
 @_cdecl("fingerly_identify_async")
-func fingerlyIdentifyAsync(_ handle: OpaquePointer?, _ tag: UnsafePointer<CChar>?, _ tiers: UInt32, _ submit: Bool,
+public func fingerlyIdentifyAsync(_ handle: OpaquePointer?, _ tag: UnsafePointer<CChar>?, _ tiers: UInt32, _ submit: Bool,
                            _ callback: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeRawPointer?, UnsafeMutableRawPointer?) -> Void)?,
                            _ user: UnsafeMutableRawPointer?, _ record: UnsafeMutableRawPointer?) -> Int32 {
     do throws(CallFailure) {
