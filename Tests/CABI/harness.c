@@ -84,6 +84,16 @@ static int errors(void) {
     report("NULL error record", rc, &none, NULL);
     fingerly_free(result);
     result = NULL;
+    rc = fingerly_flush(handle, &result, &err);
+    report("flush without a key", rc, &err, NULL);
+    fingerly_free(result);
+    result = NULL;
+    rc = fingerly_flush(handle, NULL, &err);
+    report("flush ignoring its result", rc, &err, NULL);
+    rc = fingerly_clear_device_identity(handle, &err);
+    report("clear device identity", rc, &err, NULL);
+    rc = fingerly_clear_device_identity(NULL, &err);
+    report("clear with a NULL handle", rc, &err, NULL);
     rc = fingerly_set_consent(handle, "denied", &err);
     report("consent denied", rc, &err, NULL);
     rc = fingerly_identify(handle, "after denial", FINGERLY_TIER_FAST, false, &result, &err);

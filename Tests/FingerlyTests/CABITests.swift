@@ -170,8 +170,12 @@ struct CABITests {
         #expect(byCase["NULL config loads defaults"]?.rc == 0)
         #expect(byCase["NULL error record"]?.rc == 0)
         #expect(byCase["consent denied"]?.rc == 0)
+        #expect(byCase["flush without a key"]?.rc == 0)
+        #expect(byCase["flush ignoring its result"]?.rc == 0)
+        #expect(byCase["clear device identity"]?.rc == 0)
+        expectFailure("clear with a NULL handle", kind: 3, mentioning: "handle is NULL")
         #expect(lines.last?.caseName == "still running")
-        #expect(lines.count == 18)
+        #expect(lines.count == 22)
     }
 
     @Test func eightThreadsIdentifyAtOnceOnOneHandle() throws {
