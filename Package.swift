@@ -1,6 +1,9 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+// The C ABI's link flags need absolute paths: SwiftPM does not promise the linker's working directory.
+let packageDirectory = String(#filePath.dropLast("/Package.swift".count))
+
 // Layers, each a target so the compiler keeps them apart:
 //   FingerlyModel   the report's value types, the JSON reader; no I/O, no dependencies
 //   FingerlyHost    every read of the measured host, syscall wrappers, the C shims
@@ -18,6 +21,8 @@ let package = Package(
         .library(name: "Fingerly", targets: ["Fingerly"]),
         .executable(name: "fingerly-identify", targets: ["fingerly-identify"]),
         .executable(name: "fingerly-server", targets: ["fingerly-server"]),
+        // libfingerly.so: the C ABI (include/fingerly.h) for programs not written in Swift.
+        .library(name: "fingerly", type: .dynamic, targets: ["FingerlyC"]),
     ],
     targets: [
         // System libraries from Debian, found through pkg-config.
@@ -79,6 +84,28 @@ let package = Package(
         .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
                                                                 "FingerlyTransport"]),
         .executableTarget(name: "fingerly-identify", dependencies: ["FingerlyIdentifyCommand"]),
+        // The C entry points behind libfingerly.so. The Swift runtime is linked in (-static-stdlib) so
+        // a C program needs no toolchain on the loader's path; the version script exports fingerly_*
+        // alone (the runtime's symbols stay local, so a host with its own Swift runtime keeps it).
+        .target(
+            name: "FingerlyC",
+            dependencies: ["Fingerly", "FingerlyHost", "FingerlyModel"],
+            exclude: ["fingerly.map"],
+            linkerSettings: [.unsafeFlags(["-static-stdlib",
+                                           "-Xlinker", "-soname=libfingerly.so.0", "-Xlinker", "--no-export-dynamic",
+                                           "-Xlinker", "--version-script=\(packageDirectory)/Sources/FingerlyC/fingerly.map",
+                                           // A shared object may keep undefined symbols; this one must not, or a C
+                                           // program fails at its own link. Foundation's static parts, which the
+                                           // driver's autolinking leaves out of a shared object, are named here.
+                                           "-Xlinker", "--no-undefined",
+                                           "-Xlinker", "--start-group",
+                                           "-Xlinker", "-lFoundation", "-Xlinker", "-lFoundationInternationalization",
+                                           "-Xlinker", "-lFoundationEssentials", "-Xlinker", "-lCoreFoundation",
+                                           "-Xlinker", "-l_FoundationICU", "-Xlinker", "-l_FoundationCShims",
+                                           "-Xlinker", "-l_FoundationCollections", "-Xlinker", "-lswiftDispatch",
+                                           "-Xlinker", "-ldispatch", "-Xlinker", "-lBlocksRuntime", "-Xlinker", "-lswiftSynchronization",
+                                           "-Xlinker", "--end-group"])]
+        ),
 
         .testTarget(
             name: "FingerlyTests",

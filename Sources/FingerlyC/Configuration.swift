@@ -1,0 +1,160 @@
+import FoundationEssentials
+import Fingerly
+import FingerlyModel
+
+/// The JSON a C caller passes to `fingerly_load`: the options of `Fingerly.load`, every member
+/// optional. Unknown members are refused by name, so a misspelt option is an error and not a
+/// silently ignored wish.
+struct CConfiguration: Decodable {
+    struct Schedule: Decodable {
+        var budgetMs: Int?
+        var concurrency: Int?
+        var defaultSourceTimeoutMs: Int?
+        var sourceTimeoutOverrideMs: Int?
+        var tiers: [Tier]?
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: MemberName.self)
+            try MemberName.refuseUnknown(in: container, allowed: ["budgetMs", "concurrency", "defaultSourceTimeoutMs",
+                                                                  "sourceTimeoutOverrideMs", "tiers"], object: "schedule")
+            budgetMs = try container.integer("budgetMs", in: "schedule")
+            concurrency = try container.integer("concurrency", in: "schedule")
+            defaultSourceTimeoutMs = try container.integer("defaultSourceTimeoutMs", in: "schedule")
+            sourceTimeoutOverrideMs = try container.integer("sourceTimeoutOverrideMs", in: "schedule")
+            tiers = try container.decodeIfPresent([Tier].self, forKey: "tiers")
+        }
+    }
+
+    struct Submission: Decodable {
+        var attempts: Int?
+        var deadlineMs: Int?
+        var attemptTimeoutMs: Int?
+        var caFile: String?
+        var pins: [String]?
+        var localResultOnFailure: Bool?
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: MemberName.self)
+            try MemberName.refuseUnknown(in: container, allowed: ["attempts", "deadlineMs", "attemptTimeoutMs", "caFile", "pins",
+                                                                  "localResultOnFailure"], object: "submission")
+            attempts = try container.integer("attempts", in: "submission")
+            deadlineMs = try container.integer("deadlineMs", in: "submission")
+            attemptTimeoutMs = try container.integer("attemptTimeoutMs", in: "submission")
+            caFile = try container.decodeIfPresent(String.self, forKey: "caFile")
+            pins = try container.decodeIfPresent([String].self, forKey: "pins")
+            localResultOnFailure = try container.decodeIfPresent(Bool.self, forKey: "localResultOnFailure")
+        }
+    }
+
+    var apiKey: String?
+    var endpoint: String?
+    var consent: ConsentState?
+    var schedule: Schedule?
+    var stateDirectory: String?
+    var ignore: [String]?
+    var root: String?
+    var policyPath: String?
+    var submission: Submission?
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: MemberName.self)
+        try MemberName.refuseUnknown(in: container, allowed: ["apiKey", "endpoint", "consent", "schedule", "stateDirectory", "ignore",
+                                                              "root", "policyPath", "submission"], object: "the configuration")
+        apiKey = try container.decodeIfPresent(String.self, forKey: "apiKey")
+        endpoint = try container.decodeIfPresent(String.self, forKey: "endpoint")
+        consent = try container.decodeIfPresent(ConsentState.self, forKey: "consent")
+        schedule = try container.decodeIfPresent(Schedule.self, forKey: "schedule")
+        stateDirectory = try container.decodeIfPresent(String.self, forKey: "stateDirectory")
+        ignore = try container.decodeIfPresent([String].self, forKey: "ignore")
+        root = try container.decodeIfPresent(String.self, forKey: "root")
+        policyPath = try container.decodeIfPresent(String.self, forKey: "policyPath")
+        submission = try container.decodeIfPresent(Submission.self, forKey: "submission")
+    }
+
+    /// Reads the JSON; a failure is a configuration error naming where the document went wrong.
+    static func decode(_ bytes: [UInt8]) throws(CallFailure) -> CConfiguration {
+        guard !bytes.isEmpty else { return try decode(Array("{}".utf8)) }
+        do {
+            return try JSONDecoder().decode(CConfiguration.self, from: Data(bytes))
+        } catch let failure as CallFailure {
+            throw failure
+        } catch let DecodingError.typeMismatch(type, context) {
+            throw .configuration("config: \(path(context)) must be \(describe(type))")
+        } catch let DecodingError.dataCorrupted(context) {
+            throw .configuration(context.codingPath.isEmpty ? "config: not valid JSON" : "config: \(path(context)): unexpected value")
+        } catch let DecodingError.valueNotFound(type, context) {
+            throw .configuration("config: \(path(context)) must be \(describe(type)), not null")
+        } catch {
+            throw .configuration("config: not valid JSON")
+        }
+    }
+
+    private static func path(_ context: DecodingError.Context) -> String {
+        context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+    }
+
+    private static func describe(_ type: Any.Type) -> String {
+        switch type {
+        case is Int.Type, is Double.Type: return "a number"
+        case is String.Type: return "a string"
+        case is Bool.Type: return "true or false"
+        default: return "a \(type)".lowercased()
+        }
+    }
+
+    /// The arguments of `Fingerly.load`, starting from its own defaults.
+    func load() async throws(FingerlyError) -> Fingerly {
+        var scheduleOptions = ScheduleOptions()
+        if let schedule {
+            if let value = schedule.budgetMs { scheduleOptions.budgetMs = value }
+            if let value = schedule.concurrency { scheduleOptions.concurrency = value }
+            if let value = schedule.defaultSourceTimeoutMs { scheduleOptions.defaultSourceTimeoutMs = value }
+            scheduleOptions.sourceTimeoutOverrideMs = schedule.sourceTimeoutOverrideMs
+            if let tiers = schedule.tiers { scheduleOptions.tiers = Set(tiers) }
+        }
+        var submissionOptions = SubmissionOptions()
+        if let submission {
+            if let value = submission.attempts { submissionOptions.attempts = value }
+            if let value = submission.deadlineMs { submissionOptions.deadlineMs = value }
+            if let value = submission.attemptTimeoutMs { submissionOptions.attemptTimeoutMs = value }
+            submissionOptions.caFile = submission.caFile
+            if let pins = submission.pins { submissionOptions.pins = pins }
+            if let value = submission.localResultOnFailure { submissionOptions.localResultOnFailure = value }
+        }
+        let options = FingerlyOptions(root: root ?? "/", attributesToIgnore: Set(ignore ?? []),
+                                      policy: policyPath.map { .file(path: $0) } ?? .embedded,
+                                      stateDirectory: stateDirectory, submission: submissionOptions)
+        return try await Fingerly.load(apiKey: apiKey, endpoint: endpoint ?? "", schedule: scheduleOptions,
+                                       consent: consent ?? .granted, options: options)
+    }
+}
+
+/// A member name of any JSON object, so unknown ones can be listed.
+struct MemberName: CodingKey, ExpressibleByStringLiteral {
+    let stringValue: String
+    var intValue: Int? { nil }
+    init(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
+    init(stringLiteral value: String) { stringValue = value }
+
+    static func refuseUnknown(in container: KeyedDecodingContainer<MemberName>, allowed: Set<String>, object: String) throws(CallFailure) {
+        let unknown = container.allKeys.map(\.stringValue).filter { !allowed.contains($0) }.sorted()
+        guard unknown.isEmpty else {
+            let names = unknown.prefix(4).map { "'\(BoundedText.bounded($0, limit: 40))'" }.joined(separator: ", ")
+            throw .configuration("config: unknown member(s) of \(object): \(names); known: \(allowed.sorted().joined(separator: ", "))")
+        }
+    }
+}
+
+extension KeyedDecodingContainer where Key == MemberName {
+    /// An integer member. Read as a double first: Foundation's decoder reports 1e300 or 1.5 for an
+    /// Int as "not valid JSON", which names neither the member nor the problem.
+    func integer(_ name: String, in object: String) throws -> Int? {
+        guard let number = try decodeIfPresent(Double.self, forKey: MemberName(stringValue: name)) else { return nil }
+        // ±2^53: every integer a double holds exactly, far beyond any budget or count.
+        guard number.rounded() == number, abs(number) <= 9_007_199_254_740_992, let value = Int(exactly: number) else {
+            throw CallFailure.configuration("config: \(object).\(name) must be an integer, got \(number)")
+        }
+        return value
+    }
+}
