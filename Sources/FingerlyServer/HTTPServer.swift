@@ -126,7 +126,12 @@ package final class HTTPServer: @unchecked Sendable {
                     var options = fingerly_httpd_settings(
                         address: address, threads: UInt32(settings.threads), connection_limit: UInt32(settings.connectionLimit),
                         connection_timeout: UInt32(settings.connectionTimeout), connection_memory_limit: settings.connectionMemoryLimit,
-                        tls_certificate: certificateText, tls_key: keyText, use_epoll: 1)
+                        // poll(), not epoll: libmicrohttpd's quiesce (our graceful stop) removes the
+                        // listen socket from each worker's epoll set while the worker may remove it
+                        // too, and the loser's epoll_ctl fails into MHD_PANIC, an abort (seen in
+                        // shutdownLetsARequestInFlightFinish under load). Its poll path signals the
+                        // workers instead.
+                        tls_certificate: certificateText, tls_key: keyText, use_epoll: 0)
                     return fingerly_httpd_start(&options, accessHandler, completedHandler, context)
                 }
             }
