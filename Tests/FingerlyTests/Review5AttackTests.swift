@@ -32,4 +32,22 @@ import Testing
             #expect(event.tag == decoded.report.tag)
         }
     }
+
+    /// R5-2: a password given as a URL query parameter (`?password=`, which libpq reads as
+    /// well as the userinfo one) went into the error message of `serve`, `migrate` and `keys`.
+    @Test func aPasswordInTheURLQueryIsNeverPrinted() {
+        for url in ["postgresql://app@db.example/fingerly?password=hunter2",
+                    "postgres://app@db.example/fingerly?sslmode=require&password=hunter2&connect_timeout=3",
+                    "postgresql:///fingerly?host=/run/postgresql&password=hunter2",
+                    "postgresql://app:hunter2@db.example/fingerly?password=hunter2",
+                    "postgresql://app@db.example/fingerly?p%61ssword=hunter2",
+                    "postgresql://app:hunt?er2@db.example/fingerly"] {
+            let label = databaseLabel(url)
+            #expect(!label.contains("hunter2") && !label.contains("er2"), "\(label)")
+        }
+        #expect(databaseLabel("/var/lib/fingerly/server.sqlite") == "/var/lib/fingerly/server.sqlite")
+        #expect(databaseLabel("postgresql://app@db.example/fingerly?sslmode=require") == "postgresql://app@db.example/fingerly?sslmode=require")
+        #expect(databaseLabel("postgresql://app:pw@db.example/fingerly?password=pw&sslmode=require")
+            == "postgresql://app:***@db.example/fingerly?password=***&sslmode=require")
+    }
 }
