@@ -107,7 +107,8 @@ enum EngineWire {
 
     /// The bytes of the body's top-level `report` value exactly as the client sent them, so
     /// the stored event keeps members this server does not know. nil unless exactly one member
-    /// is spelt `"report"` without escapes; the caller then re-encodes the decoded report.
+    /// is spelt `"report"` and no member name has an escape; the caller then re-encodes the
+    /// decoded report.
     /// Only called on a body JSONDecoder accepted, so the scan can trust its syntax; it is
     /// still bounded by the body and never recurses.
     static func rawReport(in body: [UInt8]) -> ArraySlice<UInt8>? {
@@ -167,6 +168,9 @@ enum EngineWire {
             guard index < body.count, body[index] == UInt8(ascii: ":") else { return nil }
             index += 1
             guard let value = skipValue() else { return nil }
+            // An escaped name may spell "report" too ("r\u0065port"), and JSONDecoder keeps the
+            // first of two: which one it judged is not for this scan to guess.
+            if body[key].contains(UInt8(ascii: "\\")) { return nil }
             if body[key].elementsEqual("report".utf8) {
                 found = value
                 count += 1

@@ -26,13 +26,45 @@ func schemaVersion(_ store: any IdentityStore) throws(StoreError) -> Int64 {
     return 0
 }
 
-/// The database as it may appear in a message: a URL's password is never printed.
+/// The database as it may appear in a message: a URL's password is never printed, neither the
+/// userinfo's nor a `password` query parameter's (libpq reads both; it decodes the parameter's
+/// name, so `p%61ssword` is one too).
 func databaseLabel(_ path: String) -> String {
     guard PostgresStore.isURL(path), let scheme = path.range(of: "://") else { return path }
-    let rest = path[scheme.upperBound...]
-    let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
-    guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return path }
-    let userinfo = rest[..<at]
-    guard let colon = userinfo.firstIndex(of: ":") else { return path }
-    return String(path[..<scheme.upperBound]) + userinfo[..<colon] + ":***" + rest[at...]
+    var label = String(path[..<scheme.upperBound])
+    var rest = path[scheme.upperBound...]
+    // libpq looks for the userinfo up to the first "/", a "?" included.
+    let authorityEnd = rest.firstIndex(of: "/") ?? rest.endIndex
+    if let at = rest[..<authorityEnd].lastIndex(of: "@") {
+        let userinfo = rest[..<at]
+        label += userinfo.firstIndex(of: ":").map { userinfo[..<$0] + ":***" } ?? String(userinfo)
+        rest = rest[at...]
+    }
+    guard let question = rest.firstIndex(of: "?") else { return label + rest }
+    label += rest[...question]
+    let parameters = rest[rest.index(after: question)...].split(separator: "&", omittingEmptySubsequences: false).map { parameter in
+        guard let equals = parameter.firstIndex(of: "="), percentDecoded(parameter[..<equals]).lowercased().contains("pass") else {
+            return String(parameter)
+        }
+        return parameter[...equals] + "***"
+    }
+    return label + parameters.joined(separator: "&")
+}
+
+/// `%XX` escapes decoded; a malformed one is kept as written.
+private func percentDecoded(_ text: Substring) -> String {
+    let bytes = Array(text.utf8)
+    var decoded: [UInt8] = []
+    var index = 0
+    while index < bytes.count {
+        if bytes[index] == UInt8(ascii: "%"), index + 2 < bytes.count,
+           let value = UInt8(String(decoding: bytes[(index + 1)...(index + 2)], as: UTF8.self), radix: 16) {
+            decoded.append(value)
+            index += 3
+        } else {
+            decoded.append(bytes[index])
+            index += 1
+        }
+    }
+    return String(decoding: decoded, as: UTF8.self)
 }
