@@ -78,11 +78,20 @@ final class PostgresConnection {
     private(set) var lastSQLState = ""
 
     /// `conninfo` is a libpq URI or key=value string; PG* environment variables fill what it leaves out.
-    init(conninfo: String, connectTimeoutSeconds: Int) throws(StoreError) {
-        // The timeout comes first so a connect_timeout in the URI still wins; without one, an
-        // unreachable TCP host would hold a request for minutes.
-        let keywords = ["connect_timeout", "dbname"]
-        let values = [String(connectTimeoutSeconds), conninfo]
+    init(conninfo: String, connectTimeoutSeconds: Int, lockTimeoutMilliseconds: Int = 5_000) throws(StoreError) {
+        // These come first so that the same keywords in the URI still win. Without a connect
+        // timeout an unreachable host holds a request for minutes. The session limits protect
+        // the other instances from this one: a process frozen (SIGSTOP, a paused VM) or cut off
+        // mid-transaction would otherwise keep its row and advisory locks until TCP gave up,
+        // hours later, while every instance's requests for that key queued behind them. The
+        // server ends such a session after 30 s idle in a transaction; a statement waits 5 s for
+        // a lock and runs 10 s at most, then fails as transient (503 with Retry-After); TCP
+        // keepalives and tcp_user_timeout notice a peer that vanished.
+        let keywords = ["connect_timeout", "options", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+                        "tcp_user_timeout", "dbname"]
+        let values = [String(connectTimeoutSeconds),
+                      "-c statement_timeout=10000 -c lock_timeout=\(max(1, lockTimeoutMilliseconds)) -c idle_in_transaction_session_timeout=30000",
+                      "1", "10", "5", "3", "15000", conninfo]
         let connection = Self.withCStrings(keywords) { keywordPointers in
             Self.withCStrings(values) { valuePointers in PQconnectdbParams(keywordPointers, valuePointers, 1) }
         }
@@ -184,7 +193,7 @@ final class PostgresConnection {
     static func isTransient(sqlState: String) -> Bool {
         // Serialization failure, deadlock, lost or refused connections, a server shutting down
         // or starting, too many connections, a lock not available.
-        ["40001", "40P01", "57P01", "57P02", "57P03", "53300", "55P03"].contains(sqlState) || sqlState.hasPrefix("08")
+        ["40001", "40P01", "57P01", "57P02", "57P03", "53300", "55P03", "57014"].contains(sqlState) || sqlState.hasPrefix("08")
     }
 
     /// Throws unless `result` is a success. Only the primary message is kept: the DETAIL of a

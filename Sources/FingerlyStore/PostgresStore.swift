@@ -22,6 +22,10 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
         package var retryPauseMilliseconds: Int = 5
         /// How long a connection attempt may take unless the URL says otherwise.
         package var connectTimeoutSeconds: Int = 5
+        /// How long a transaction waits for a connection of the pool before it fails as transient.
+        package var acquireTimeoutSeconds: Int = 5
+        /// How long a statement waits for a row or advisory lock before it fails as transient.
+        package var lockTimeoutMilliseconds: Int = 5_000
         /// Apply pending migrations when opening (`serve` and `migrate`); otherwise only check
         /// that the schema is not newer than this build.
         package var applyMigrations: Bool = true
@@ -46,7 +50,8 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
     package init(url: String, options: Options = Options()) throws(StoreError) {
         conninfo = url
         self.options = options
-        let first = try PostgresConnection(conninfo: url, connectTimeoutSeconds: options.connectTimeoutSeconds)
+        let first = try PostgresConnection(conninfo: url, connectTimeoutSeconds: options.connectTimeoutSeconds,
+                                            lockTimeoutMilliseconds: options.lockTimeoutMilliseconds)
         opened = 1
         idle = [first]
         do throws(StoreError) {
@@ -84,6 +89,7 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
     // MARK: Pool
 
     private func acquire() throws(StoreError) -> PostgresConnection {
+        let deadline = Date(timeIntervalSinceNow: TimeInterval(options.acquireTimeoutSeconds))
         condition.lock()
         while true {
             if closed {
@@ -98,7 +104,8 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
                 opened += 1
                 condition.unlock()
                 do {
-                    return try PostgresConnection(conninfo: conninfo, connectTimeoutSeconds: options.connectTimeoutSeconds)
+                    return try PostgresConnection(conninfo: conninfo, connectTimeoutSeconds: options.connectTimeoutSeconds,
+                                                  lockTimeoutMilliseconds: options.lockTimeoutMilliseconds)
                 } catch {
                     condition.lock()
                     opened -= 1
@@ -107,7 +114,12 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
                     throw error
                 }
             }
-            condition.wait()
+            // A deadline, not a wait without end: when every connection is stuck behind a peer's
+            // locks, requests get 503 and the HTTP threads stay free for the rest.
+            if !condition.wait(until: deadline) {
+                condition.unlock()
+                throw StoreError("no PostgreSQL connection came free within \(options.acquireTimeoutSeconds) s", isTransient: true)
+            }
         }
     }
 

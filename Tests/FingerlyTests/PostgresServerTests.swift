@@ -220,6 +220,40 @@ struct PostgresServerTests {
 /// What only the PostgreSQL backend promises: its migrations across instances and its reconnection.
 @Suite(.serialized, .enabled(if: PostgresCluster.isAvailable, "PostgreSQL's server binaries are not installed"))
 struct PostgresStoreTests {
+    /// A peer frozen mid-transaction (SIGSTOP, a paused VM) keeps its locks: a request waiting
+    /// behind them fails as transient (the server's 503) instead of holding a thread for as long
+    /// as the peer is frozen, and once the pool is taken, the next request fails the same way.
+    @Test func aRequestBehindAFrozenPeersLocksFailsAsTransient() throws {
+        var options = PostgresStore.Options()
+        options.lockTimeoutMilliseconds = 300
+        options.poolSize = 2
+        options.acquireTimeoutSeconds = 1
+        options.attempts = 1
+        let (store, dispose) = try PostgresCluster.shared().makeStore(options: options)
+        defer { dispose() }
+        try store.transaction { tx throws(StoreError) in
+            try tx.putIdempotency(IdempotencyRecord(organization: "acme", key: "k", bodyHash: [1], state: .inFlight, response: nil,
+                                                    status: nil, createdAt: 1, updatedAt: 1))
+        }
+        let frozen = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let holder = Thread {
+            _ = try? store.transaction { tx throws(StoreError) in
+                _ = try tx.idempotency(organization: "acme", key: "k")   // FOR UPDATE: the row is held
+                frozen.signal()
+                release.wait()
+            }
+        }
+        holder.start()
+        frozen.wait()
+        #expect {
+            try store.transaction { tx throws(StoreError) in _ = try tx.idempotency(organization: "acme", key: "k") }
+        } throws: { ($0 as? StoreError)?.isTransient == true }
+        // The second connection is free again: the waiting one gave up on the lock, not on the pool.
+        #expect(try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: "acme") } == 0)
+        release.signal()
+        while !holder.isFinished { usleep(1_000) }
+    }
+
     @Test func instancesMigratingAtOnceApplyEachVersionOnceAndANewerSchemaIsRefused() throws {
         let cluster = try PostgresCluster.shared()
         let name = try cluster.createDatabase()
