@@ -89,4 +89,34 @@ struct Review6CABITests {
             #expect(lines.keys.sorted() == ["race ended"], "\(run.standardOutput)")
         }
     }
+
+    /// Deep nesting, integers at the edge of a double, wrong types, a duplicate member: each a
+    /// configuration error naming what is wrong, or a handle that survives an identify.
+    @Test func hostileConfigurationsAreNamedErrorsAndNeverAmbiguous() throws {
+        let run = try Self.run(["configs", CABITests.fixtureRoot])
+        #expect(run.status == 0, "the process died (status \(run.status)): \(run.standardError.suffix(2000))")
+        let lines = try HostileCallerLine.lines(run)
+        func expectRefused(_ name: String, mentioning text: String, sourceLocation: SourceLocation = #_sourceLocation) {
+            guard let line = lines[name] else { Issue.record("no outcome for \(name)", sourceLocation: sourceLocation); return }
+            #expect(line.rc == -3 && line.kind == 3, "\(name): \(line.rc) \(line.message)", sourceLocation: sourceLocation)
+            #expect(line.message.contains(text), "\(name): \(line.message)", sourceLocation: sourceLocation)
+        }
+        expectRefused("deep nesting", mentioning: "nested deeper than")
+        expectRefused("deep nesting on a 256 KiB thread", mentioning: "nested deeper than")
+        // The first of two equal members used to win in silence: a consent nobody can read off the document.
+        expectRefused("duplicate consent", mentioning: "duplicate member")
+        expectRefused("tiers a string", mentioning: "schedule.tiers must be an array")
+        expectRefused("ignore an object", mentioning: "ignore must be an array")
+        expectRefused("config an array", mentioning: "the document must be an object")
+        expectRefused("unknown tier", mentioning: "schedule.tiers[0]")
+        expectRefused("apiKey a number", mentioning: "apiKey must be a string")
+        expectRefused("lone surrogate", mentioning: "not valid JSON")
+        for member in ["budgetMs", "concurrency", "defaultSourceTimeoutMs", "sourceTimeoutOverrideMs", "deadlineMs", "attemptTimeoutMs"] {
+            #expect(lines["\(member)=9007199254740992"]?.rc == 0, "\(member): \(lines["\(member)=9007199254740992"]?.message ?? "none")")
+            expectRefused("\(member)=1e308", mentioning: member)
+            expectRefused("\(member)=-9007199254740992", mentioning: member)
+        }
+        expectRefused("attempts=9007199254740992", mentioning: "attempts")
+        #expect(lines.values.allSatisfy { $0.terminated && $0.validUTF8 })
+    }
 }
