@@ -134,9 +134,18 @@ private final class Outcome<Value>: @unchecked Sendable {
     var result: Result<Value, CallFailure>?
 }
 
+/// Set by the first call that starts a task. fork() copies only the calling thread, so a child of a
+/// process that used the library has no Swift runtime threads: a task started there never runs, and
+/// waiting for it hung the child for ever (Python's multiprocessing forks by default on Linux).
+private let processThatStartedTasks = getpid()
+
 /// Runs async library work for a C thread that waits. The caller's thread is not one of the
 /// Swift cooperative pool's (C code never runs on it), so waiting here starves no task.
 func blocking<Value>(_ work: @escaping @Sendable () async throws -> Value) -> Result<Value, CallFailure> {
+    guard getpid() == processThatStartedTasks else {
+        return .failure(CallFailure(kind: CallFailure.internalKind, message: "libfingerly ran in this process's parent before fork(): "
+            + "its threads stayed there, so nothing can run here; load it in a process started by exec (Python: multiprocessing's 'spawn')"))
+    }
     let outcome = Outcome<Value>()
     let done = DispatchSemaphore(value: 0)
     Task.detached {

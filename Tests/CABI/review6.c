@@ -8,6 +8,7 @@
  *   review6 configs            deep nesting, huge numbers, wrong types, duplicates, NUL escapes
  *   review6 closed             a handle used after fingerly_close, and closed twice
  *   review6 race N ROOT        N threads identifying while another thread closes the handle
+ *   review6 fork ROOT          calls in a child of fork() after the parent used the library
  */
 #include <fingerly.h>
 #include <pthread.h>
@@ -15,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 _Static_assert(sizeof(fingerly_error) == 268, "fingerly_error is 268 bytes on this ABI");
 
@@ -225,12 +228,46 @@ static int race(int count, const char *root) {
     return 0;
 }
 
+/* The child reports through the shared stdout; alarm() only ends a child that would hang. */
+static int forked(const char *root) {
+    char config[4096];
+    snprintf(config, sizeof config, "{\"root\":\"%s\",\"schedule\":{\"tiers\":[\"fast\"]}}", root);
+    fingerly *handle = NULL;
+    fingerly_error err;
+    char *result = NULL;
+    int rc = fingerly_load(config, &handle, &err);
+    if (rc == 0) rc = fingerly_identify(handle, "parent", 0, false, &result, &err);
+    fingerly_free(result);
+    report("parent", rc, &err);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        alarm(60);
+        result = NULL;
+        rc = fingerly_identify(handle, "child", 0, false, &result, &err);
+        fingerly_free(result);
+        report("child identify", rc, &err);
+        fingerly *fresh = NULL;
+        rc = fingerly_load(config, &fresh, &err);
+        report("child load", rc, &err);
+        fflush(stdout);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    fingerly_error none = {0};
+    report(WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "child exited" : "child killed", 0, &none);
+    fingerly_close(handle);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 3 && strcmp(argv[1], "fork") == 0) return forked(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "layout") == 0) return layout();
     if (argc >= 2 && strcmp(argv[1], "truncation") == 0) return truncation();
     if (argc >= 3 && strcmp(argv[1], "configs") == 0) return configs(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "closed") == 0) return closed();
     if (argc >= 4 && strcmp(argv[1], "race") == 0) return race(atoi(argv[2]), argv[3]);
-    fprintf(stderr, "usage: review6 layout | truncation | configs ROOT | closed | race N ROOT\n");
+    fprintf(stderr, "usage: review6 layout | truncation | configs ROOT | closed | race N ROOT | fork ROOT\n");
     return 64;
 }

@@ -119,4 +119,18 @@ struct Review6CABITests {
         expectRefused("attempts=9007199254740992", mentioning: "attempts")
         #expect(lines.values.allSatisfy { $0.terminated && $0.validUTF8 })
     }
+
+    /// A child of fork() has none of the parent's runtime threads: its calls are errors at once
+    /// instead of waits that never end.
+    @Test func aChildOfForkGetsAnErrorNotAHang() throws {
+        let run = try Self.run(["fork", CABITests.fixtureRoot])
+        #expect(run.status == 0, "\(run.standardError.suffix(2000))")
+        let lines = try HostileCallerLine.lines(run)
+        #expect(lines["parent"]?.rc == 0)
+        for name in ["child identify", "child load"] {
+            let line = try #require(lines[name], "no outcome for \(name): the child hung")
+            #expect(line.rc == -4 && line.message.contains("fork()"), "\(name): \(line.message)")
+        }
+        #expect(lines["child exited"] != nil, "\(run.standardOutput)")
+    }
 }
