@@ -8,8 +8,8 @@
  * fills *err when err is not NULL. Nothing aborts the host process on a bad argument.
  *
  * Threads: the blocking calls may be made from any thread, several at once on one handle.
- * Do not call fingerly_close while another thread still uses the handle; an asynchronous
- * call keeps the handle alive until its callback has returned.
+ * fingerly_close stops new calls on the handle (they fail with FINGERLY_ERROR_CONFIGURATION);
+ * calls already running, and asynchronous calls until their callback has returned, finish.
  *
  * Link with: cc prog.c $(pkg-config --cflags --libs fingerly)
  */
@@ -53,7 +53,7 @@ typedef struct fingerly_error {
  * NULL or "" is {}. On success *out is a handle for fingerly_close.
  */
 int fingerly_load(const char *config_json, fingerly **out, fingerly_error *err);
-/* Releases the handle; NULL is ignored. */
+/* Releases the handle; NULL or a handle already closed is ignored. */
 void fingerly_close(fingerly *handle);
 
 /* Collects, judges and (when submit) submits. *result_json: an IdentifyResult, free with fingerly_free. */

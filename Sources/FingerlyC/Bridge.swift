@@ -3,6 +3,7 @@ import Dispatch
 import Fingerly
 import FingerlyHost
 import FingerlyModel
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -133,9 +134,18 @@ private final class Outcome<Value>: @unchecked Sendable {
     var result: Result<Value, CallFailure>?
 }
 
+/// Set by the first call that starts a task. fork() copies only the calling thread, so a child of a
+/// process that used the library has no Swift runtime threads: a task started there never runs, and
+/// waiting for it hung the child for ever (Python's multiprocessing forks by default on Linux).
+private let processThatStartedTasks = getpid()
+
 /// Runs async library work for a C thread that waits. The caller's thread is not one of the
 /// Swift cooperative pool's (C code never runs on it), so waiting here starves no task.
 func blocking<Value>(_ work: @escaping @Sendable () async throws -> Value) -> Result<Value, CallFailure> {
+    guard getpid() == processThatStartedTasks else {
+        return .failure(CallFailure(kind: CallFailure.internalKind, message: "libfingerly ran in this process's parent before fork(): "
+            + "its threads stayed there, so nothing can run here; load it in a process started by exec (Python: multiprocessing's 'spawn')"))
+    }
     let outcome = Outcome<Value>()
     let done = DispatchSemaphore(value: 0)
     Task.detached {
@@ -150,10 +160,46 @@ func blocking<Value>(_ work: @escaping @Sendable () async throws -> Value) -> Re
     return outcome.result ?? .failure(CallFailure(kind: CallFailure.internalKind, message: "the call ended without a result"))
 }
 
-/// The handle behind `fingerly *`: a retained `Fingerly`.
+/// The live handles. A `fingerly *` is a number issued here, never an object's address, and
+/// numbers are not reused: a closed handle used again, a double close or a close racing another
+/// thread's call (a binding's close on one thread while another identifies) is refused or
+/// ignored instead of reaching freed memory. A call holds its own reference, so a close only
+/// stops new calls.
+enum Handles {
+    private struct Table {
+        var next: UInt = 1
+        var live: [UInt: Fingerly] = [:]
+    }
+
+    private static let table = Mutex(Table())
+
+    static func open(_ fingerly: Fingerly) -> OpaquePointer {
+        table.withLock { table in
+            let number = table.next
+            // 2^64 loads do not happen; the wrap only keeps the arithmetic from trapping.
+            table.next = table.next &+ 1 == 0 ? 1 : table.next &+ 1
+            table.live[number] = fingerly
+            return OpaquePointer(bitPattern: number)!
+        }
+    }
+
+    static func find(_ handle: OpaquePointer) -> Fingerly? {
+        table.withLock { $0.live[UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(handle)))] }
+    }
+
+    /// Releases the table's reference, outside the lock: the last release runs the instance's deinit.
+    static func close(_ handle: OpaquePointer) {
+        _ = table.withLock { $0.live.removeValue(forKey: UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(handle)))) }
+    }
+}
+
+/// The instance behind a `fingerly *`.
 func instance(_ handle: OpaquePointer?) throws(CallFailure) -> Fingerly {
     guard let handle else { throw .configuration("handle is NULL (fingerly_load did not succeed?)") }
-    return Unmanaged<Fingerly>.fromOpaque(UnsafeRawPointer(handle)).takeUnretainedValue()
+    guard let fingerly = Handles.find(handle) else {
+        throw .configuration("handle is not open (closed with fingerly_close, or not from fingerly_load)")
+    }
+    return fingerly
 }
 
 /// Where a JSON result goes: checked before the work, so a NULL out-pointer costs no collection.

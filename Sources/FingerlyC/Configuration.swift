@@ -74,6 +74,16 @@ struct CConfiguration: Decodable {
     /// Reads the JSON; a failure is a configuration error naming where the document went wrong.
     static func decode(_ bytes: [UInt8]) throws(CallFailure) -> CConfiguration {
         guard !bytes.isEmpty else { return try decode(Array("{}".utf8)) }
+        guard !nestsDeeperThan(deepestNesting, bytes) else {
+            throw .configuration("config: not valid JSON: nested deeper than \(deepestNesting) levels")
+        }
+        // Foundation's decoder keeps one of two equal member names without a word; the strict
+        // reader refuses them, so {"consent":"denied","consent":"granted"} is not a guess.
+        do {
+            _ = try JSONParser.parse(bytes)
+        } catch {
+            throw .configuration("config: not valid JSON: \(BoundedText.bounded(error.description, limit: 200))")
+        }
         do {
             return try JSONDecoder().decode(CConfiguration.self, from: Data(bytes))
         } catch let failure as CallFailure {
@@ -89,8 +99,47 @@ struct CConfiguration: Decodable {
         }
     }
 
+    /// A configuration nests three levels (the document, schedule, tiers). The parsers recurse per
+    /// level on the caller's thread, whose stack may be small: a bound far above three, checked
+    /// without recursion, keeps a hostile document from exhausting it.
+    static let deepestNesting = 16
+
+    static func nestsDeeperThan(_ limit: Int, _ bytes: [UInt8]) -> Bool {
+        var depth = 0
+        var inString = false
+        var escaped = false
+        for byte in bytes {
+            if inString {
+                if escaped {
+                    escaped = false
+                } else if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if byte == UInt8(ascii: "\"") {
+                    inString = false
+                }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""): inString = true
+            case UInt8(ascii: "["), UInt8(ascii: "{"):
+                depth += 1
+                if depth > limit { return true }
+            case UInt8(ascii: "]"), UInt8(ascii: "}"): depth -= 1
+            default: break
+            }
+        }
+        return false
+    }
+
     private static func path(_ context: DecodingError.Context) -> String {
-        context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+        guard !context.codingPath.isEmpty else { return "the document" }
+        return context.codingPath.reduce(into: "") { path, key in
+            if let index = key.intValue {
+                path += "[\(index)]"
+            } else {
+                path += (path.isEmpty ? "" : ".") + key.stringValue
+            }
+        }
     }
 
     private static func describe(_ type: Any.Type) -> String {
@@ -98,6 +147,8 @@ struct CConfiguration: Decodable {
         case is Int.Type, is Double.Type: return "a number"
         case is String.Type: return "a string"
         case is Bool.Type: return "true or false"
+        case is [Any].Type: return "an array"
+        case is [String: Any].Type: return "an object"
         default: return "a \(type)".lowercased()
         }
     }

@@ -32,7 +32,7 @@ public func fingerlyLoad(_ configJSON: UnsafePointer<CChar>?, _ out: UnsafeMutab
         out.pointee = nil
         let configuration = try CConfiguration.decode(Array((try text(configJSON, "config_json", optional: true) ?? "").utf8))
         let loaded = try blocking { try await configuration.load() }.get()
-        out.pointee = OpaquePointer(Unmanaged.passRetained(loaded).toOpaque())
+        out.pointee = Handles.open(loaded)
         return ErrorRecord.finish(nil, record)
     } catch {
         return ErrorRecord.finish(error, record)
@@ -42,7 +42,7 @@ public func fingerlyLoad(_ configJSON: UnsafePointer<CChar>?, _ out: UnsafeMutab
 @_cdecl("fingerly_close")
 public func fingerlyClose(_ handle: OpaquePointer?) {
     guard let handle else { return }
-    Unmanaged<Fingerly>.fromOpaque(UnsafeRawPointer(handle)).release()
+    Handles.close(handle)
 }
 
 @_cdecl("fingerly_identify")
@@ -50,19 +50,17 @@ public func fingerlyIdentify(_ handle: OpaquePointer?, _ tag: UnsafePointer<CCha
                       _ resultJSON: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, _ record: UnsafeMutableRawPointer?) -> Int32 {
     do throws(CallFailure) {
         let slot = try resultSlot(resultJSON, "result_json")
-        slot.pointee = try identifyJSON(handle, tag, tiers, submit)
+        let fingerly = try instance(handle)
+        slot.pointee = try identifyJSON(fingerly, try text(tag, "tag", optional: true), try tierSet(tiers), submit)
         return ErrorRecord.finish(nil, record)
     } catch {
         return ErrorRecord.finish(error, record)
     }
 }
 
-/// The identify every entry point shares: arguments checked, the call made, the result encoded.
-func identifyJSON(_ handle: OpaquePointer?, _ tag: UnsafePointer<CChar>?, _ tiers: UInt32, _ submit: Bool) throws(CallFailure)
+/// The identify both entry points share: the call made, the result encoded.
+func identifyJSON(_ fingerly: Fingerly, _ tagText: String?, _ tierChoice: Set<Tier>?, _ submit: Bool) throws(CallFailure)
     -> UnsafeMutablePointer<CChar> {
-    let fingerly = try instance(handle)
-    let tagText = try text(tag, "tag", optional: true)
-    let tierChoice = try tierSet(tiers)
     let result = try blocking { try await fingerly.identify(tag: tagText, tiers: tierChoice, submit: submit) }.get()
     return try mallocCopy(try encoded(result))
 }
@@ -157,21 +155,14 @@ public func fingerlyIdentifyAsync(_ handle: OpaquePointer?, _ tag: UnsafePointer
         let fingerly = try instance(handle)
         // Read now: the caller's tag need not outlive this call.
         let tagText = try text(tag, "tag", optional: true)
-        _ = try tierSet(tiers)
+        let tierChoice = try tierSet(tiers)
         let target = CallbackTarget(callback: callback, user: user)
-        // A strong reference for the thread: a fingerly_close meanwhile leaves the instance alive.
-        let retained = Unmanaged.passRetained(fingerly)
+        // The thread holds the instance: a fingerly_close meanwhile leaves it alive.
         let started = startDetachedThread {
-            let opaque = OpaquePointer(retained.toOpaque())
             let callbackRecord = UnsafeMutableRawPointer.allocate(byteCount: ErrorRecord.size, alignment: 4)
-            defer {
-                callbackRecord.deallocate()
-                retained.release()
-            }
+            defer { callbackRecord.deallocate() }
             do throws(CallFailure) {
-                let json = try tagText.withOptionalCString { pointer throws(CallFailure) in
-                    try identifyJSON(opaque, pointer, tiers, submit)
-                }
+                let json = try identifyJSON(fingerly, tagText, tierChoice, submit)
                 defer { free(json) }
                 ErrorRecord.write(nil, to: callbackRecord)
                 target.callback(0, UnsafePointer(json), UnsafeRawPointer(callbackRecord), target.user)
@@ -181,20 +172,10 @@ public func fingerlyIdentifyAsync(_ handle: OpaquePointer?, _ tag: UnsafePointer
             }
         }
         guard started else {
-            retained.release()
             throw CallFailure(kind: CallFailure.internalKind, message: "cannot start a thread for the call")
         }
         return ErrorRecord.finish(nil, record)
     } catch {
         return ErrorRecord.finish(error, record)
-    }
-}
-
-extension Optional where Wrapped == String {
-    func withOptionalCString<Result>(_ body: (UnsafePointer<CChar>?) throws(CallFailure) -> Result) throws(CallFailure) -> Result {
-        guard let self else { return try body(nil) }
-        return try self.withCString { pointer in
-            Swift.Result { () throws(CallFailure) in try body(pointer) }
-        }.get()
     }
 }

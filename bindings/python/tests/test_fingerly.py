@@ -100,3 +100,48 @@ def test_threads_share_one_instance():
 
 def test_version_is_the_library_s():
     assert fingerly.library_version() == "0.1.0"
+
+
+def test_a_nul_in_a_text_argument_is_refused_not_cut_short():
+    client = fingerly.load(api_key=None, consent="denied", tiers=("fast",))
+    with pytest.raises(fingerly.ConfigurationError, match="NUL"):
+        client.set_consent("granted\0 by nobody")
+    with pytest.raises(fingerly.ConsentError):
+        client.identify(submit=False)
+    client.set_consent("granted")
+    with pytest.raises(fingerly.ConfigurationError, match="NUL"):
+        client.identify(tag="checkout:1\0forged", submit=False)
+
+
+class _Answering(BaseHTTPRequestHandler):
+    status = 503
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = json.dumps({"error": {"code": "unavailable", "message": "try later"}}).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *arguments):
+        pass
+
+
+@pytest.mark.parametrize("status,retryable", [(402, False), (503, True)])
+def test_a_402_and_a_503_are_transport_errors_with_their_status(tmp_path, status, retryable):
+    handler = type("Handler", (_Answering,), {"status": status})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = fingerly.load(api_key="fly_pk_us_production_acme_0123456789abcdefABCD",
+                               endpoint=f"http://127.0.0.1:{server.server_port}", tiers=("fast",),
+                               state_directory=str(tmp_path))
+        with pytest.raises(fingerly.TransportError) as raised:
+            client.identify()
+        assert raised.value.status == status
+        assert raised.value.retryable is retryable
+    finally:
+        server.shutdown()

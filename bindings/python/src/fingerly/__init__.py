@@ -70,7 +70,13 @@ def _tier_bits(tiers):
 
 
 def _text(value):
-    return None if value is None else str(value).encode("utf-8")
+    if value is None:
+        return None
+    text = str(value)
+    # A C string ends at its first NUL: "granted\0x" would arrive as "granted", a tag cut short.
+    if "\0" in text:
+        raise ConfigurationError(f"{text!r} contains a NUL character", _native.CONFIGURATION)
+    return text.encode("utf-8")
 
 
 class Fingerly:
