@@ -108,6 +108,11 @@ public final class Fingerly: Sendable {
         if let directory = options.stateDirectory, !directory.hasPrefix("/") {
             throw invalid("options.stateDirectory", "must be an absolute path, got '\(BoundedText.bounded(directory, limit: 256))'")
         }
+        // A path reaches the kernel as a C string, which ends at the first NUL: "/fixture\0/etc"
+        // would read "/fixture" while the caller meant something else.
+        var paths = [("options.root", options.root), ("options.stateDirectory", options.stateDirectory ?? "")]
+        if case .file(let path) = options.policy { paths.append(("options.policy", path)) }
+        if let (field, _) = paths.first(where: { $0.1.utf8.contains(0) }) { throw invalid(field, "must not contain a NUL character") }
         var schedule = schedule
         schedule.budgetMs = min(schedule.budgetMs, ScheduleOptions.longestMs)
         schedule.defaultSourceTimeoutMs = min(schedule.defaultSourceTimeoutMs, ScheduleOptions.longestMs)

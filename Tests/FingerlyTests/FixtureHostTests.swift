@@ -255,6 +255,26 @@ let hostExpectations: [HostExpectation] = [
         #expect(!log.recorded.isEmpty)
     }
 
+    /// A path reaches the kernel as a C string: one with a NUL would be read cut short there.
+    @Test func pathOptionsWithANulAreRefused() throws {
+        var cases: [(FingerlyOptions, String)] = []
+        cases.append((FingerlyOptions(root: TestPaths.fixture("laptop-baremetal") + "\u{0}/etc"), "options.root"))
+        var state = FingerlyOptions(root: "/")
+        state.stateDirectory = "/tmp/state\u{0}x"
+        cases.append((state, "options.stateDirectory"))
+        var policy = FingerlyOptions(root: "/")
+        policy.policy = .file(path: "/etc/fingerly/policy.json\u{0}.bak")
+        cases.append((policy, "options.policy"))
+        for (options, expected) in cases {
+            #expect {
+                _ = try Fingerly.loadBlocking(apiKey: nil, consent: .granted, options: options)
+            } throws: { error in
+                guard case .invalidConfiguration(let field, let reason)? = error as? FingerlyError else { return false }
+                return field == expected && reason.contains("NUL")
+            }
+        }
+    }
+
     @Test func regionFollowsTheKeyPrefix() throws {
         #expect(APIKey(TestKeys.key(region: "eu"))?.region == .eu)
         #expect(APIKey(TestKeys.key(region: "ap"))?.region == .ap)
