@@ -114,17 +114,16 @@ final class PostgresTransaction: StoreTransaction {
                                        .integer(record.updatedAt)]
         let marker = Self.idempotencyKey(record.organization, record.key)
         if absentIdempotency.contains(marker) {
-            // Read as absent: another transaction inserting it meanwhile must make this one fail
-            // and run again, never overwrite its marker.
-            do {
-                try connection.execute("""
-                    INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-                    """, values)
-            } catch {
-                guard connection.lastSQLState == "23505" else { throw error }
-                throw StoreError("another transaction stored the same idempotency key", isTransient: true)
-            }
+            // Read as absent: the unique (organization, key) decides between two instances given
+            // the same key at once. ON CONFLICT DO NOTHING waits for the other insert to commit and
+            // then writes nothing; this transaction runs again, reads the other's marker and
+            // answers 409 or the replay, never overwriting it.
+            let inserted = try connection.execute("""
+                INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                ON CONFLICT (organization, key) DO NOTHING
+                """, values)
+            guard inserted == 1 else { throw StoreError("another transaction stored the same idempotency key", isTransient: true) }
             absentIdempotency.remove(marker)
             return
         }
