@@ -107,9 +107,11 @@ package struct JSONParser {
 
     /// Whether the byte at the index would continue a number or a literal: "0x10", "1-2" and
     /// "truex" are one bad token, not a good one followed by garbage in the container.
-    private var atTokenContinuation: Bool {
-        guard index < bytes.count else { return false }
-        switch bytes[index] {
+    private var atTokenContinuation: Bool { index < bytes.count && Self.continuesToken(bytes[index]) }
+
+    /// A byte that may not follow a number or a literal (shared with `SubmissionReader`).
+    static func continuesToken(_ byte: UInt8) -> Bool {
+        switch byte {
         case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
              UInt8(ascii: "."), UInt8(ascii: "+"), UInt8(ascii: "-"):
             return true

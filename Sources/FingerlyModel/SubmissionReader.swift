@@ -318,15 +318,7 @@ package struct SubmissionReader {
 
     /// Whether the next byte would run on from a number or literal: "truex" and "12a" are one
     /// bad token.
-    private var atTokenContinuation: Bool {
-        guard index < bytes.count else { return false }
-        switch bytes[index] {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-             UInt8(ascii: "."), UInt8(ascii: "+"), UInt8(ascii: "-"):
-            return true
-        default: return false
-        }
-    }
+    private var atTokenContinuation: Bool { index < bytes.count && JSONParser.continuesToken(bytes[index]) }
 
     private mutating func literal(_ word: StaticString) throws(Deviation) {
         let count = word.utf8CodeUnitCount
