@@ -22,10 +22,6 @@ final class PostgresTransaction: StoreTransaction {
         return connection
     }
 
-    private static func clamped(_ limit: Int) -> Int64 {
-        Int64(max(0, min(limit, SQLiteStore.maximumRows)))
-    }
-
     /// Rows one sweep statement deletes at most: a sweep never holds many row locks at once.
     private static let sweepBatch: Int64 = 1_000
 
@@ -74,7 +70,7 @@ final class PostgresTransaction: StoreTransaction {
     }
 
     func keys(organization: String?) throws(StoreError) -> [KeyRecord] {
-        let limit = Int64(SQLiteStore.maximumRows)
+        let limit = Int64(StoreLimits.maximumRows)
         if let organization {
             return try open().query("SELECT \(Self.keyColumns) FROM keys WHERE organization = $1 ORDER BY created_at, public_key LIMIT $2",
                                     [.text(organization), .integer(limit)], row: Self.key)
@@ -188,22 +184,11 @@ final class PostgresTransaction: StoreTransaction {
             SELECT \(Self.visitorColumns) FROM visitors WHERE organization = $1 AND instance_id = $2
             ORDER BY CASE WHEN hardware_id = $3::text THEN 0 WHEN hardware_id IS NULL THEN 1 ELSE 2 END, last_seen DESC, id
             LIMIT $4
-            """, [.text(organization), .text(instanceId), .optionalText(hardwareId), .integer(Self.clamped(limit))])
+            """, [.text(organization), .text(instanceId), .optionalText(hardwareId), .integer(StoreLimits.clamped(limit))])
     }
 
     func visitors(sharingAnyOf hashes: [String], organization: String, limit: Int) throws(StoreError) -> [VisitorRecord] {
-        let distinct = Array(Set(hashes))
-        guard !distinct.isEmpty, limit > 0 else { return [] }
-        guard distinct.count <= SQLiteStore.maximumLookupHashes else {
-            throw StoreError("a visitor lookup by \(distinct.count) component hashes exceeds \(SQLiteStore.maximumLookupHashes)")
-        }
-        // One parameter (a JSON array) instead of an IN list as long as the input: one prepared statement.
-        let list: String
-        do {
-            list = String(decoding: try JSONEncoder().encode(distinct), as: UTF8.self)
-        } catch {
-            throw StoreError("cannot encode a component lookup")
-        }
+        guard let list = try StoreLimits.lookupList(hashes, limit: limit) else { return [] }
         return try visitors("""
             SELECT \(Self.visitorColumns) FROM visitors JOIN (
                 SELECT visitor_id, COUNT(*) AS shared FROM visitor_components
@@ -212,15 +197,12 @@ final class PostgresTransaction: StoreTransaction {
             ) AS matches ON matches.visitor_id = visitors.id
             WHERE visitors.organization = $1
             ORDER BY matches.shared DESC, visitors.id
-            """, [.text(organization), .text(list), .integer(Self.clamped(limit))])
+            """, [.text(organization), .text(list), .integer(StoreLimits.clamped(limit))])
     }
 
     func putVisitor(_ visitor: VisitorRecord, stored previous: VisitorRecord?) throws(StoreError) {
         let connection = try open()
-        guard visitor.components.count <= SQLiteStore.maximumVisitorComponents, visitor.deviceKeys.count <= SQLiteStore.maximumVisitorComponents else {
-            throw StoreError("a visitor with \(visitor.components.count) components and \(visitor.deviceKeys.count) device keys exceeds "
-                + "\(SQLiteStore.maximumVisitorComponents) of either")
-        }
+        try VisitorRowChanges.check(visitor)
         let touched = try connection.execute("""
             UPDATE visitors SET first_seen = $1, last_seen = $2
             WHERE id = $3 AND organization = $4 AND instance_id IS NOT DISTINCT FROM $5::text AND hardware_id IS NOT DISTINCT FROM $6::text
@@ -240,38 +222,30 @@ final class PostgresTransaction: StoreTransaction {
         // The UPDATE above locked the visitor's row, but a row read before it (`previous`) may
         // predate another instance's change to the components: inserts skip what is there and
         // deletes of what is gone change nothing, so the difference is still safe to apply.
-        let known = previous.flatMap { $0.id == visitor.id && $0.organization == visitor.organization && touched > 0 ? $0 : nil }
-        let stored: Set<ComponentRecord>
-        if let known {
-            stored = Set(known.components)
-        } else {
-            stored = Set(try connection.query("SELECT scope, name, hash FROM visitor_components WHERE visitor_id = $1",
-                                              [.text(visitor.id)]) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) })
+        let known = VisitorRowChanges.known(previous, for: visitor, updatedInPlace: touched > 0)
+        var storedComponents = Set(known?.components ?? [])
+        var storedKeys = Set(known?.deviceKeys ?? [])
+        if known == nil {
+            storedComponents = Set(try connection.query("SELECT scope, name, hash FROM visitor_components WHERE visitor_id = $1", [.text(visitor.id)]) {
+                ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2))
+            })
+            storedKeys = Set(try connection.query("SELECT key_id FROM visitor_device_keys WHERE visitor_id = $1", [.text(visitor.id)]) { $0.text(0) })
         }
-        let wanted = Set(visitor.components)
-        for component in stored.subtracting(wanted) {
+        let changes = VisitorRowChanges(visitor, storedComponents: storedComponents, storedKeys: storedKeys)
+        for component in changes.removedComponents {
             try connection.execute("DELETE FROM visitor_components WHERE visitor_id = $1 AND scope = $2 AND name = $3 AND hash = $4",
                                    [.text(visitor.id), .text(component.scope), .text(component.name), .text(component.hash)])
         }
-        for component in wanted.subtracting(stored) {
+        for component in changes.addedComponents {
             try connection.execute("""
                 INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES ($1, $2, $3, $4, $5)
                 ON CONFLICT DO NOTHING
                 """, [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name), .text(component.hash)])
         }
-        let storedKeys: Set<String>
-        if let known {
-            storedKeys = Set(known.deviceKeys)
-        } else {
-            storedKeys = Set(try connection.query("SELECT key_id FROM visitor_device_keys WHERE visitor_id = $1", [.text(visitor.id)]) {
-                $0.text(0)
-            })
-        }
-        let wantedKeys = Set(visitor.deviceKeys)
-        for keyId in storedKeys.subtracting(wantedKeys) {
+        for keyId in changes.removedKeys {
             try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = $1 AND key_id = $2", [.text(visitor.id), .text(keyId)])
         }
-        for keyId in wantedKeys.subtracting(storedKeys) {
+        for keyId in changes.addedKeys {
             try connection.execute("INSERT INTO visitor_device_keys (visitor_id, key_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
                                    [.text(visitor.id), .text(keyId)])
         }
@@ -279,7 +253,7 @@ final class PostgresTransaction: StoreTransaction {
 
     func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorRecord] {
         try visitors("SELECT \(Self.visitorColumns) FROM visitors WHERE organization = $1 ORDER BY last_seen DESC, id LIMIT $2",
-                     [.text(organization), .integer(Self.clamped(limit))])
+                     [.text(organization), .integer(StoreLimits.clamped(limit))])
     }
 
     /// A transaction-scoped advisory lock on a 64-bit hash of the organization and the key: a

@@ -26,12 +26,6 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
         package init() {}
     }
 
-    /// The most rows a listing or lookup returns, whatever limit it was asked for.
-    package static let maximumRows = 1_000
-    /// The most hashes one `visitors(sharingAnyOf:)` lookup takes: a report has tens of components.
-    package static let maximumLookupHashes = 4_096
-    /// The most components, and the most device keys, one visitor keeps.
-    package static let maximumVisitorComponents = 1_024
 
     package let path: String
     private let options: Options

@@ -450,7 +450,7 @@ private struct Deliberate: Error {}
         #expect(throws: StoreError.self) { _ = try escaped.incrementCounter(bucket: "b", window: 1) }
         #expect(throws: StoreError.self) {
             try store.transaction { tx throws(StoreError) in
-                _ = try tx.visitors(sharingAnyOf: (0...SQLiteStore.maximumLookupHashes).map(String.init), organization: "acme", limit: 5)
+                _ = try tx.visitors(sharingAnyOf: (0...StoreLimits.maximumLookupHashes).map(String.init), organization: "acme", limit: 5)
             }
         }
         store.close()

@@ -1,0 +1,66 @@
+import FoundationEssentials
+
+/// The bounds every backend holds a transaction to, and the parts of its writes that do not
+/// depend on the SQL dialect: both backends run the same checks and plan the same rows.
+package enum StoreLimits {
+    /// The most rows a listing or lookup returns, whatever limit it was asked for.
+    package static let maximumRows = 1_000
+    /// The most hashes one `visitors(sharingAnyOf:)` lookup takes: a report has tens of components.
+    package static let maximumLookupHashes = 4_096
+    /// The most components, and the most device keys, one visitor keeps.
+    package static let maximumVisitorComponents = 1_024
+
+    /// A caller's row limit, within 0…`maximumRows`.
+    static func clamped(_ limit: Int) -> Int64 {
+        Int64(max(0, min(limit, maximumRows)))
+    }
+
+    /// The distinct hashes of a component lookup as one JSON array (one bound parameter instead
+    /// of an IN list as long as the input, so one prepared statement serves every lookup); nil
+    /// when there is nothing to look up.
+    static func lookupList(_ hashes: [String], limit: Int) throws(StoreError) -> String? {
+        let distinct = Array(Set(hashes))
+        guard !distinct.isEmpty, limit > 0 else { return nil }
+        guard distinct.count <= maximumLookupHashes else {
+            throw StoreError("a visitor lookup by \(distinct.count) component hashes exceeds \(maximumLookupHashes)")
+        }
+        do {
+            return String(decoding: try JSONEncoder().encode(distinct), as: UTF8.self)
+        } catch {
+            throw StoreError("cannot encode a component lookup")
+        }
+    }
+}
+
+/// The component and device-key rows that writing a visitor deletes and inserts: only the
+/// difference from what is stored, since a returning visitor's components rarely change.
+struct VisitorRowChanges {
+    let removedComponents: Set<ComponentRecord>
+    let addedComponents: Set<ComponentRecord>
+    let removedKeys: Set<String>
+    let addedKeys: Set<String>
+
+    /// Refuses a visitor past the bounds before anything is written.
+    static func check(_ visitor: VisitorRecord) throws(StoreError) {
+        let limit = StoreLimits.maximumVisitorComponents
+        guard visitor.components.count <= limit, visitor.deviceKeys.count <= limit else {
+            throw StoreError("a visitor with \(visitor.components.count) components and \(visitor.deviceKeys.count) device keys exceeds "
+                + "\(limit) of either")
+        }
+    }
+
+    /// `previous` when it is this visitor as read earlier in the transaction and its row was
+    /// updated in place (`updatedInPlace`): its components and keys are then what the rows hold.
+    static func known(_ previous: VisitorRecord?, for visitor: VisitorRecord, updatedInPlace: Bool) -> VisitorRecord? {
+        guard updatedInPlace, let previous, previous.id == visitor.id, previous.organization == visitor.organization else { return nil }
+        return previous
+    }
+
+    init(_ visitor: VisitorRecord, storedComponents: Set<ComponentRecord>, storedKeys: Set<String>) {
+        let wanted = Set(visitor.components), wantedKeys = Set(visitor.deviceKeys)
+        removedComponents = storedComponents.subtracting(wanted)
+        addedComponents = wanted.subtracting(storedComponents)
+        removedKeys = storedKeys.subtracting(wantedKeys)
+        addedKeys = wantedKeys.subtracting(storedKeys)
+    }
+}
