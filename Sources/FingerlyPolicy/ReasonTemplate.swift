@@ -35,7 +35,8 @@ package struct ReasonTemplate: Sendable, Hashable {
         parts.compactMap { if case .placeholder(let name) = $0 { name } else { nil } }
     }
 
-    func render(value: SignalValue?, signals: [String: SignalValue]) -> String {
+    /// `signal` gives the value of a named placeholder; `{value}` is `value`.
+    func render(value: SignalValue?, signal: (String) -> SignalValue?) -> String {
         var text = BoundedText(limit: Self.reasonByteLimit)
         for part in parts {
             if text.isFull { break }
@@ -43,7 +44,7 @@ package struct ReasonTemplate: Sendable, Hashable {
             case .text(let literal):
                 text.append(literal)
             case .placeholder(let name):
-                let inserted = name == "value" ? value : signals[name]
+                let inserted = name == "value" ? value : signal(name)
                 // Already escaped and cut: appending it escapes nothing twice.
                 text.append(inserted?.boundedDescription(limit: Self.valueByteLimit) ?? "unknown", escapingControls: false)
             }

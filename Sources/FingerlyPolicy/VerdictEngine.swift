@@ -1,6 +1,11 @@
 import FingerlyModel
 
 /// Applies a policy to a report.
+///
+/// The policy is compiled once, in `init`: every signal a rule, a kind or a reason reads gets a
+/// slot, and `evaluate` fills the slots from the report with one dictionary probe per reported
+/// signal. Rules then read slots, never hash a name: the server evaluates every request, and
+/// name lookups were most of the evaluation's cost (`bench/server` under perf).
 package struct VerdictEngine {
     /// Bytes of reasons one verdict may carry, each reason charged its code, its message and
     /// `reasonOverhead`. Nine verdicts at this figure stay under 64 KiB in all, whatever the
@@ -14,45 +19,56 @@ package struct VerdictEngine {
     let policy: Policy
     /// Signal name -> the id of the probe that reports it.
     package let owners: [String: String]
+    private let compiled: CompiledPolicy
 
     package init(policy: Policy, signalOwners: [String: String]) {
         self.policy = policy
         owners = signalOwners
+        compiled = CompiledPolicy(policy, owners: signalOwners)
     }
 
     package func evaluate(_ report: SignalReport) -> [VerdictName: Verdict] {
-        let signals = report.signals
-        let statusByProbe = Dictionary(report.probes.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        // The first probe in report order that reports a signal gives its value, as
+        // `SignalReport.signals` merges them.
+        var values = [SignalValue?](repeating: nil, count: compiled.slots.count)
+        var probes = [ProbeEntry?](repeating: nil, count: compiled.probeSlots.count)
+        for probe in report.probes {
+            if let slot = compiled.probeSlots[probe.id], probes[slot] == nil { probes[slot] = probe }
+            for (name, value) in probe.signals {
+                if let slot = compiled.slots[name], values[slot] == nil { values[slot] = value }
+            }
+        }
+        func signal(_ name: String) -> SignalValue? { compiled.slots[name].flatMap { values[$0] } }
         // Case-insensitive tests lower a value once per report, not once per rule and needle:
         // many rules over one long environment value would otherwise multiply.
-        var lowered: [String: SignalValue] = [:]
-        func holds(_ condition: Policy.Condition) -> Bool {
+        var lowered = [SignalValue??](repeating: nil, count: values.count)
+        func holds(_ condition: CompiledCondition) -> Bool {
             switch condition.test {
             case .contains, .containsAny:
-                if let value = lowered[condition.signal] { return Self.holds(condition, value) }
-                let value = signals[condition.signal].map(Self.lowercased)
-                lowered[condition.signal] = value
-                return Self.holds(condition, value)
+                if let value = lowered[condition.slot] { return Self.holds(condition.test, value) }
+                let value = values[condition.slot].map(Self.lowercased)
+                lowered[condition.slot] = .some(value)
+                return Self.holds(condition.test, value)
             default:
-                return Self.holds(condition, signals[condition.signal])
+                return Self.holds(condition.test, values[condition.slot])
             }
         }
 
         var verdicts: [VerdictName: Verdict] = [:]
-        for name in VerdictName.allCases {
-            let rules = policy.verdicts[name]
-            var fired: [(rule: Policy.Rule, value: SignalValue?)] = []
-            for rule in rules?.rules ?? [] where rule.conditions.allSatisfy(holds) {
-                fired.append((rule, signals[rule.conditions[0].signal]))
+        for verdict in compiled.verdicts {
+            var fired: [(rule: CompiledRule, value: SignalValue?)] = []
+            for rule in verdict.rules where rule.conditions.allSatisfy(holds) {
+                fired.append((rule, values[rule.conditions[0].slot]))
             }
-            let independent = fired.filter { !$0.rule.corroboratesOnly }
-            if !independent.contains(where: { $0.rule.confidence >= .medium }) {
+            let independent = fired.filter { !$0.rule.rule.corroboratesOnly }
+            if !independent.contains(where: { $0.rule.rule.confidence >= .medium }) {
                 fired = independent
             }
 
             var missing: [MissingEvidence] = []
-            for signal in policy.signals(of: name) {
-                guard let probe = owners[signal], let entry = statusByProbe[probe], !missing.contains(where: { $0.probe == probe }) else { continue }
+            for slot in verdict.evidenceProbeSlots {
+                guard let entry = probes[slot] else { continue }
+                let probe = entry.id
                 if entry.status.hidesEvidence {
                     missing.append(MissingEvidence(probe: probe, status: entry.status, message: BoundedText.bounded(
                         "probe '\(probe)' ended \(entry.status.rawValue): \(entry.detail ?? "no detail"); its evidence is missing",
@@ -66,31 +82,32 @@ package struct VerdictEngine {
                 }
             }
 
-            guard let strongest = fired.map(\.rule.confidence).max() else {
-                verdicts[name] = Verdict(value: false, confidence: missing.isEmpty ? .medium : .low,
-                                         kind: nil, reasons: [], missingEvidence: missing)
+            guard let strongest = fired.map(\.rule.rule.confidence).max() else {
+                verdicts[verdict.name] = Verdict(value: false, confidence: missing.isEmpty ? .medium : .low,
+                                                 kind: nil, reasons: [], missingEvidence: missing)
                 continue
             }
-            let corroborated = rules?.corroborate == true && independent.count >= 2
+            let corroborated = verdict.corroborate && independent.count >= 2
             // The strongest rule that names a kind decides it; among equals, the policy's order ranks.
-            func namesKind(_ rule: Policy.Rule) -> Bool { rule.kind != nil || rule.kindFrom.flatMap { signals[$0] } != nil }
-            let kindLevel = fired.filter { namesKind($0.rule) }.map(\.rule.confidence).max()
-            let kind = fired.first { $0.rule.confidence == kindLevel && namesKind($0.rule) }.flatMap { entry in
-                entry.rule.kind ?? entry.rule.kindFrom.flatMap { signals[$0]?.boundedDescription(limit: ReasonTemplate.valueByteLimit) }
+            func namesKind(_ rule: CompiledRule) -> Bool { rule.rule.kind != nil || rule.kindFromSlot.flatMap { values[$0] } != nil }
+            let kindLevel = fired.filter { namesKind($0.rule) }.map(\.rule.rule.confidence).max()
+            let kind = fired.first { $0.rule.rule.confidence == kindLevel && namesKind($0.rule) }.flatMap { entry in
+                entry.rule.rule.kind ?? entry.rule.kindFromSlot.flatMap { values[$0]?.boundedDescription(limit: ReasonTemplate.valueByteLimit) }
             }
 
             // Reasons in policy order until the budget is spent; a rule past it is counted,
             // never rendered, so the work stays bounded however many rules fire.
             var reasons: [Reason] = []
             var spent = 0
-            for (rule, value) in fired {
-                let message = rule.template.render(value: value, signals: signals)
+            for (compiledRule, value) in fired {
+                let rule = compiledRule.rule
+                let message = rule.template.render(value: value, signal: signal)
                 let cost = rule.id.utf8.count + message.utf8.count + Self.reasonOverhead
                 guard spent + cost <= Self.verdictReasonBudget else { break }
                 spent += cost
                 reasons.append(Reason(code: rule.id, message: message, confidence: rule.confidence))
             }
-            verdicts[name] = Verdict(
+            verdicts[verdict.name] = Verdict(
                 value: true,
                 confidence: corroborated ? strongest.raised : strongest,
                 kind: kind,
@@ -110,8 +127,8 @@ package struct VerdictEngine {
     }
 
     /// `contains` and `containsAny` expect the value lowered (see `lowercased`).
-    private static func holds(_ condition: Policy.Condition, _ value: SignalValue?) -> Bool {
-        switch condition.test {
+    private static func holds(_ test: Policy.Condition.Test, _ value: SignalValue?) -> Bool {
+        switch test {
         case .present(let expected):
             return isPresent(value) == expected
         case .notEquals(let other):
@@ -120,10 +137,10 @@ package struct VerdictEngine {
             break
         }
         guard let value else { return false }
-        switch condition.test {
+        switch test {
         case .equals(let other): return value == other
         case .oneOf(let others): return others.contains(value)
-        case .contains(let needle): return matches(value, anyOf: [needle])
+        case .contains(let needle): return matches(value, anyOf: CollectionOfOne(needle))
         case .containsAny(let needles): return matches(value, anyOf: needles)
         case .inTable(let rows):
             switch value {
@@ -148,14 +165,76 @@ package struct VerdictEngine {
 
     /// Substring for a string, element substring for a list. Callers pass the value lowered
     /// and the policy loader lowered the needles, which makes this case-insensitive.
-    private static func matches(_ value: SignalValue, anyOf needles: [String]) -> Bool {
+    private static func matches(_ value: SignalValue, anyOf needles: some Collection<String>) -> Bool {
         switch value {
         case .string(let text):
-            return needles.contains { text.contains($0) }
+            return needles.contains { CharacterSearch.contains(text, $0) }
         case .strings(let items):
-            return items.contains { item in needles.contains { item.contains($0) } }
+            return items.contains { item in needles.contains { CharacterSearch.contains(item, $0) } }
         case .bool, .int:
             return false
         }
+    }
+}
+
+/// A condition with its signal's slot in place of the name.
+private struct CompiledCondition {
+    let slot: Int
+    let test: Policy.Condition.Test
+}
+
+private struct CompiledRule {
+    let rule: Policy.Rule
+    let conditions: [CompiledCondition]
+    let kindFromSlot: Int?
+}
+
+private struct CompiledVerdict {
+    let name: VerdictName
+    let corroborate: Bool
+    let rules: [CompiledRule]
+    /// The probes behind the verdict's signals, each once, in the order its signals first
+    /// name them: a missing one makes the verdict's evidence incomplete.
+    let evidenceProbeSlots: [Int]
+}
+
+/// A policy with every name it reads turned into a slot, once per engine.
+private struct CompiledPolicy {
+    /// Signal name -> slot, for every signal a rule tests, a kind comes from or a reason quotes.
+    let slots: [String: Int]
+    /// Probe id -> slot, for every probe that owns one of those signals.
+    let probeSlots: [String: Int]
+    let verdicts: [CompiledVerdict]
+
+    init(_ policy: Policy, owners: [String: String]) {
+        var slots: [String: Int] = [:]
+        var probeSlots: [String: Int] = [:]
+        func slot(_ name: String, in table: inout [String: Int]) -> Int {
+            if let existing = table[name] { return existing }
+            table[name] = table.count
+            return table.count - 1
+        }
+        verdicts = VerdictName.allCases.map { name in
+            let rules = policy.verdicts[name]
+            let compiledRules = (rules?.rules ?? []).map { rule in
+                for placeholder in rule.template.placeholders where placeholder != "value" {
+                    _ = slot(placeholder, in: &slots)
+                }
+                return CompiledRule(
+                    rule: rule,
+                    conditions: rule.conditions.map { CompiledCondition(slot: slot($0.signal, in: &slots), test: $0.test) },
+                    kindFromSlot: rule.kindFrom.map { slot($0, in: &slots) })
+            }
+            var evidence: [Int] = []
+            for signal in policy.signals(of: name) {
+                guard let probe = owners[signal] else { continue }
+                let probeSlot = slot(probe, in: &probeSlots)
+                if !evidence.contains(probeSlot) { evidence.append(probeSlot) }
+            }
+            return CompiledVerdict(name: name, corroborate: rules?.corroborate == true, rules: compiledRules,
+                                   evidenceProbeSlots: evidence)
+        }
+        self.slots = slots
+        self.probeSlots = probeSlots
     }
 }
