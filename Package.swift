@@ -47,6 +47,7 @@ let package = Package(
         .target(name: "CFingerlyCurl", linkerSettings: [.linkedLibrary("curl")]),
         .target(name: "CFingerlySQLite", linkerSettings: [.linkedLibrary("sqlite3")]),
         .target(name: "CFingerlyHTTPD", linkerSettings: [.linkedLibrary("microhttpd")]),
+        .target(name: "CFingerlyAllocator"),
 
         .target(name: "FingerlyModel"),
         .target(name: "FingerlyHost",
@@ -77,7 +78,7 @@ let package = Package(
         // Visitor resolution, idempotency and scoring, shared by the server and the local mode; no HTTP.
         .target(name: "FingerlyEngine", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyPolicy", "FingerlyProbes", "FingerlyStore"]),
         .target(name: "FingerlyServer", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyEngine", "FingerlyStore", "FingerlyTransport",
-                                                        "CMicroHTTPD", "CFingerlyHTTPD"]),
+                                                        "CMicroHTTPD", "CFingerlyHTTPD", "CFingerlyAllocator"]),
         .executableTarget(name: "fingerly-server", dependencies: ["FingerlyServer"]),
         .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "FingerlyTransport",
                                                  "FingerlyEngine", "FingerlyStore"]),
