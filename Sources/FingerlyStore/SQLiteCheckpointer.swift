@@ -14,12 +14,20 @@ import Synchronization
 package final class SQLiteCheckpointer: @unchecked Sendable {
     /// WAL pages after a commit that wake the checkpointer: SQLite's own default threshold.
     static let wakeThresholdPages: Int32 = 1_000
-    /// WAL pages after which the store's own connection finishes the merge between two
-    /// transactions. Under steady writes a passive checkpoint from another connection never
-    /// quite catches up with the writer, and SQLite starts the WAL over only when one has: the
-    /// file would grow without bound (1.2 GB in a 10 s benchmark). By then the thread has
-    /// copied all but the last few frames, so this merge is short.
+    /// WAL pages after which the WAL should start over. SQLite starts it over only once a
+    /// checkpoint has copied every frame, which a passive checkpoint from another connection
+    /// never quite does under steady writes: the file would grow without bound (1.2 GB in a
+    /// 10 s benchmark). Past this size the store's own connection finishes the merge between
+    /// two transactions, with every other request of the process waiting.
     static let restartThresholdPages: Int32 = 4_000
+    /// Frames the thread may leave uncopied for that merge. The merge syncs what it copies, and
+    /// an fdatasync here took 1.6 ms for 50 scattered pages and 9 ms for 500: merging whatever
+    /// had piled up cost 7.8 ms a time, 85 times in a 10 s `bench/server` run. So past the
+    /// threshold the thread copies on, and the writer merges once it has caught up to this.
+    static let mergeTailPages: Int32 = 256
+    /// WAL pages past which the writer merges however far behind the thread is (a thread
+    /// starved of CPU must not let the file grow without bound).
+    static let hardLimitPages: Int32 = 16_000
     /// The longest the thread sleeps without a wake-up, so a quiet server's WAL is merged too.
     static let idleSeconds: TimeInterval = 5
 
@@ -64,16 +72,29 @@ package final class SQLiteCheckpointer: @unchecked Sendable {
     /// Called from the writer's WAL hook after every commit: cheap, never blocks on a checkpoint.
     func committed(walPages: Int32) {
         lastWALPages.store(walPages, ordering: .relaxed)
-        // Pages not yet copied; a WAL started over is shorter than what was copied from it.
-        let copied = copiedPages.load(ordering: .relaxed)
-        let uncopied = walPages >= copied ? walPages - copied : walPages
-        // Past the restart threshold the writer merges; one wake-up per checkpoint otherwise.
-        guard uncopied >= Self.wakeThresholdPages, walPages < Self.restartThresholdPages,
-              !wakePending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let uncopied = uncopiedPages(walPages)
+        // Below the restart threshold, a checkpoint per thousand pages; past it, whenever more
+        // than the writer's merge should copy is left. One wake-up per checkpoint either way.
+        let wanted = walPages < Self.restartThresholdPages ? uncopied >= Self.wakeThresholdPages : uncopied > Self.mergeTailPages
+        guard wanted, !wakePending.exchange(true, ordering: .acquiringAndReleasing) else { return }
         condition.lock()
         wakeRequested = true
         condition.signal()
         condition.unlock()
+    }
+
+    /// Whether the writer should merge the WAL now, between two transactions: past the restart
+    /// threshold once the thread has copied all but a short tail, and past the hard limit always.
+    var writerShouldMerge: Bool {
+        let walPages = lastWALPages.load(ordering: .relaxed)
+        guard walPages >= Self.restartThresholdPages else { return false }
+        return walPages >= Self.hardLimitPages || uncopiedPages(walPages) <= Self.mergeTailPages
+    }
+
+    /// Frames not yet copied; a WAL started over is shorter than what was copied from it.
+    private func uncopiedPages(_ walPages: Int32) -> Int32 {
+        let copied = copiedPages.load(ordering: .relaxed)
+        return walPages >= copied ? walPages - copied : walPages
     }
 
     /// Checkpoints run to completion and failed ones (busy is neither), for tests.
@@ -104,13 +125,15 @@ package final class SQLiteCheckpointer: @unchecked Sendable {
         while true {
             condition.lock()
             if !wakeRequested && !stopping { _ = condition.wait(until: Date(timeIntervalSinceNow: Self.idleSeconds)) }
+            let woken = wakeRequested
             wakeRequested = false
             let stop = stopping
             condition.unlock()
             if stop { break }
             wakePending.store(false, ordering: .releasing)
-            // Past the threshold the writer merges, and this checkpoint would only keep it busy.
-            if lastWALPages.load(ordering: .relaxed) >= Self.restartThresholdPages { continue }
+            // Once the writer may merge, a checkpoint here would only collide with its merge; a
+            // quiet server's writer merges nothing, so the idle round copies the tail itself.
+            if woken && writerShouldMerge { continue }
             var logFrames: Int32 = 0, checkpointed: Int32 = 0
             let code = sqlite3_wal_checkpoint_v2(database, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &checkpointed)
             if code == SQLITE_OK { copiedPages.store(checkpointed, ordering: .relaxed) }

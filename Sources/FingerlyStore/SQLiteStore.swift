@@ -144,7 +144,7 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
             do {
                 return try withConnection { connection throws(StoreError) in
                     let result = try Self.runTransaction(on: connection, body)
-                    if let checkpointer, checkpointer.lastWALPages.load(ordering: .relaxed) >= SQLiteCheckpointer.restartThresholdPages {
+                    if let checkpointer, checkpointer.writerShouldMerge {
                         connection.checkpoint()
                     }
                     return result
