@@ -251,7 +251,7 @@ package final class IdentityEngine: Sendable {
             return .error(500, "internal", "The report could not be encoded.")
         }
         let verdictsJSON = AnswerWriter.verdicts(verdicts)
-        let requestId = EngineWire.mintId(prefix: "req_")
+        let requestId = EngineWire.mintTimeOrderedId(prefix: "req_", unixMilliseconds: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
 
         // 4–5. Resolution reads and the writes share one transaction: two first reports of one
         // host cannot both make a visitor, and the event, the visitor and the completed key

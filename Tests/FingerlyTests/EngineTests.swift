@@ -217,6 +217,24 @@ extension EngineAnswer {
         let alphabet = Set("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
         #expect(ids.allSatisfy { $0.count == 30 && $0.hasPrefix("req_") && $0.dropFirst(4).allSatisfy(alphabet.contains) })
     }
+
+    /// Request ids sort by the millisecond they were minted in, and stay unique within one.
+    @Test func requestIdsSortByTheirTime() {
+        let alphabet = Set("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+        let times: [Int64] = [0, 1, 999, 1_000, 1_764_560_000_000, 1_764_560_000_001, 0xFFFF_FFFF_FFFF]
+        let ids = times.flatMap { time in (0..<50).map { _ in (time, EngineWire.mintTimeOrderedId(prefix: "req_", unixMilliseconds: time)) } }
+        #expect(Set(ids.map(\.1)).count == ids.count)
+        #expect(ids.allSatisfy { $0.1.count == 30 && $0.1.hasPrefix("req_") && $0.1.dropFirst(4).allSatisfy(alphabet.contains) })
+        for (earlier, later) in zip(ids, ids.dropFirst()) where earlier.0 < later.0 {
+            #expect(earlier.1 < later.1, "\(earlier) before \(later)")
+        }
+        // Nine characters hold 45 of the time's 48 bits; from the tenth on, the rest is random.
+        let sameTime = ids.filter { $0.0 == 1_764_560_000_000 }.map(\.1)
+        #expect(Set(sameTime.map { $0.prefix(13) }).count == 1)
+        #expect(Set(sameTime.map { $0.dropFirst(13) }).count == sameTime.count)
+        // A clock before 1970 mints the smallest time, not a crash.
+        #expect(EngineWire.mintTimeOrderedId(prefix: "req_", unixMilliseconds: -5).hasPrefix("req_000000000"))
+    }
 }
 
 /// The engine over the real SQLite store.
