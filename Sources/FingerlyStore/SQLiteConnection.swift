@@ -49,8 +49,11 @@ final class SQLiteConnection {
     /// Keyed by SQL text. Every text is a constant of this module, so the cache stays as small
     /// as the set of queries.
     private var statements: [String: OpaquePointer] = [:]
+    /// Compresses and expands the large blobs this connection writes and reads.
+    let blobs: SQLiteBlobCodec
 
     init(path: String, busyTimeoutMilliseconds: Int32, checkpointOnClose: Bool) throws(StoreError) {
+        blobs = try SQLiteBlobCodec()
         var handle: OpaquePointer?
         // NOMUTEX: SQLiteStore serializes every use; NOFOLLOW: the database is never reached through a link.
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW

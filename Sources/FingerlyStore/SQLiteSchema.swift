@@ -113,5 +113,12 @@ enum SQLiteSchema {
         // request (bench/server); the sweep it served reads a table of at most a minute of
         // windows per key, which a scan does as well.
         Migration(version: 2, statements: ["DROP INDEX counters_window"]),
+        // Large documents and answers are kept as zstd frames (SQLiteBlobCodec); each row says
+        // how its blob is encoded, and the rows already there are plain. Adding a column with a
+        // constant default rewrites no row.
+        Migration(version: 3, statements: [
+            "ALTER TABLE events ADD COLUMN document_encoding INTEGER NOT NULL DEFAULT 0 CHECK (document_encoding IN (0, 1))",
+            "ALTER TABLE idempotency ADD COLUMN response_encoding INTEGER NOT NULL DEFAULT 0 CHECK (response_encoding IN (0, 1))",
+        ]),
     ]
 }

@@ -72,27 +72,36 @@ final class SQLiteTransaction: StoreTransaction {
     // MARK: Idempotency
 
     func idempotency(organization: String, key: String) throws(StoreError) -> IdempotencyRecord? {
-        try open().query("""
-            SELECT body_hash, state, response, status, created_at, updated_at FROM idempotency WHERE organization = ?1 AND key = ?2
+        let connection = try open()
+        return try connection.query("""
+            SELECT body_hash, state, response, status, created_at, updated_at, response_encoding FROM idempotency
+            WHERE organization = ?1 AND key = ?2
             """, [.text(organization), .text(key)]) { row throws(StoreError) in
             let stateText = row.text(1)
             guard let state = IdempotencyRecord.State(rawValue: stateText) else {
                 throw StoreError("an idempotency record has the unknown state \(stateText)")
             }
             return IdempotencyRecord(organization: organization, key: key, bodyHash: row.blob(0), state: state,
-                                     response: row.optionalBlob(2), status: row.optionalInteger(3).map { Int($0) },
+                                     response: try row.optionalBlob(2).map { (stored) throws(StoreError) in
+                                         try connection.blobs.decode(stored, encoding: row.integer(6))
+                                     },
+                                     status: row.optionalInteger(3).map { Int($0) },
                                      createdAt: row.integer(4), updatedAt: row.integer(5))
         }.first
     }
 
     func putIdempotency(_ record: IdempotencyRecord) throws(StoreError) {
-        try open().execute("""
-            INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+        let connection = try open()
+        let response = record.response.map { connection.blobs.encode($0) }
+        try connection.execute("""
+            INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at, response_encoding)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
             ON CONFLICT (organization, key) DO UPDATE SET body_hash = excluded.body_hash, state = excluded.state,
-                response = excluded.response, status = excluded.status, created_at = excluded.created_at, updated_at = excluded.updated_at
+                response = excluded.response, status = excluded.status, created_at = excluded.created_at, updated_at = excluded.updated_at,
+                response_encoding = excluded.response_encoding
             """, [.text(record.organization), .text(record.key), .blob(record.bodyHash), .text(record.state.rawValue),
-                  .optionalBlob(record.response), .optionalInteger(record.status), .integer(record.createdAt), .integer(record.updatedAt)])
+                  .optionalBlob(response?.bytes), .optionalInteger(record.status), .integer(record.createdAt), .integer(record.updatedAt),
+                  .integer((response?.encoding ?? .plain).rawValue)])
     }
 
     func deleteIdempotency(organization: String, key: String) throws(StoreError) {
@@ -213,16 +222,21 @@ final class SQLiteTransaction: StoreTransaction {
     // MARK: Events
 
     func insertEvent(_ event: EventRecord) throws(StoreError) {
-        try open().execute("INSERT INTO events (request_id, organization, visitor_id, received_at, document) VALUES (?1, ?2, ?3, ?4, ?5)",
-                           [.text(event.requestId), .text(event.organization), .text(event.visitorId), .integer(event.receivedAt),
-                            .blob(event.document)])
+        let connection = try open()
+        let document = connection.blobs.encode(event.document)
+        try connection.execute("""
+            INSERT INTO events (request_id, organization, visitor_id, received_at, document, document_encoding) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            """, [.text(event.requestId), .text(event.organization), .text(event.visitorId), .integer(event.receivedAt),
+                  .blob(document.bytes), .integer(document.encoding.rawValue)])
     }
 
     func event(requestId: String, organization: String) throws(StoreError) -> EventRecord? {
-        try open().query("SELECT visitor_id, received_at, document FROM events WHERE request_id = ?1 AND organization = ?2",
-                         [.text(requestId), .text(organization)]) {
-            EventRecord(requestId: requestId, organization: organization, visitorId: $0.text(0), receivedAt: $0.integer(1),
-                        document: $0.blob(2))
+        let connection = try open()
+        return try connection.query("""
+            SELECT visitor_id, received_at, document, document_encoding FROM events WHERE request_id = ?1 AND organization = ?2
+            """, [.text(requestId), .text(organization)]) { (row) throws(StoreError) in
+            EventRecord(requestId: requestId, organization: organization, visitorId: row.text(0), receivedAt: row.integer(1),
+                        document: try connection.blobs.decode(row.blob(2), encoding: row.integer(3)))
         }.first
     }
 
