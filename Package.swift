@@ -31,7 +31,7 @@ let package = Package(
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        .systemLibrary(name: "CZstd", pkgConfig: "libzstd", providers: [.apt(["libzstd-dev"])]),
+        .systemLibrary(name: "CLZ4", pkgConfig: "liblz4", providers: [.apt(["liblz4-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
@@ -75,7 +75,7 @@ let package = Package(
         // bytes and files of its own, never the report's types, the probes or the policy.
         .target(name: "FingerlyTransport", dependencies: ["FingerlyHost", "CCurl", "CFingerlyCurl", "CCrypto"]),
         // Where identities and events are kept: an interface narrow enough for SQLite and PostgreSQL.
-        .target(name: "FingerlyStore", dependencies: ["FingerlyHost", "CSQLite", "CFingerlySQLite", "CPostgres", "CCrypto", "CZstd"]),
+        .target(name: "FingerlyStore", dependencies: ["FingerlyHost", "CSQLite", "CFingerlySQLite", "CPostgres", "CCrypto", "CLZ4"]),
         // Visitor resolution, idempotency and scoring, shared by the server and the local mode; no HTTP.
         .target(name: "FingerlyEngine", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyPolicy", "FingerlyProbes", "FingerlyStore"]),
         .target(name: "FingerlyServer", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyEngine", "FingerlyStore", "FingerlyTransport",

@@ -53,7 +53,7 @@ final class SQLiteConnection {
     let blobs: SQLiteBlobCodec
 
     init(path: String, busyTimeoutMilliseconds: Int32, checkpointOnClose: Bool) throws(StoreError) {
-        blobs = try SQLiteBlobCodec()
+        blobs = SQLiteBlobCodec()
         var handle: OpaquePointer?
         // NOMUTEX: SQLiteStore serializes every use; NOFOLLOW: the database is never reached through a link.
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
