@@ -36,6 +36,8 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
     package private(set) var checkpointer: SQLiteCheckpointer?
     /// The thread inside a transaction, so a nested call fails instead of deadlocking on `lock`.
     private let owner = Atomic<UInt>(0)
+    /// Transactions of several threads that arrive together commit together.
+    private let group = TransactionGroup()
 
     /// Opens the database at `path`, creating it (mode 0600) when missing, and applies pending
     /// migrations. The parent directory must exist. A database written by a newer build is refused.
@@ -87,12 +89,90 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
         }
     }
 
+    /// Runs `body` in a transaction of its own or, when other threads' transactions are waiting
+    /// too, as a savepoint in one transaction with theirs (group commit). Either way it sees the
+    /// writes of those before it, a throw undoes its own writes only, and it returns only once
+    /// its writes are committed. A transient failure (another process's lock, a busy commit)
+    /// runs the whole group again, so `body` must have no effect outside the database.
     package func transaction<Result>(_ body: (any StoreTransaction) throws(StoreError) -> Result) throws(StoreError) -> Result {
-        try retrying { connection throws(StoreError) in
-            let transaction = SQLiteTransaction(connection: connection)
-            // A transaction object kept past its closure must not write outside BEGIN…COMMIT.
-            defer { transaction.isOpen = false }
-            return try body(transaction)
+        guard owner.load(ordering: .relaxed) != UInt(pthread_self()) else {
+            throw StoreError("a store transaction was started inside another on the same thread")
+        }
+        var result: Result?
+        // The group runs the body on the thread that leads it, and `run` returns only after
+        // the group has let go of it: the closure never outlives this call.
+        let failure: StoreError? = withoutActuallyEscaping(body) { body in
+            let work = GroupedTransaction { connection throws(StoreError) in
+                let transaction = SQLiteTransaction(connection: connection)
+                // A transaction object kept past its closure must not write outside BEGIN…COMMIT.
+                defer { transaction.isOpen = false }
+                result = try body(transaction)
+            }
+            return group.run(work) { batch in self.commit(batch) }
+        }
+        if let failure { throw failure }
+        guard let result else { throw StoreError("a grouped transaction ended without a result") }
+        return result
+    }
+
+    /// Transactions waiting for a batch, and the most one batch has held (tests).
+    package var groupCounts: (waiting: Int, largestBatch: Int) { group.counts }
+
+    /// One BEGIN IMMEDIATE … COMMIT for a batch: each body in a savepoint when there are
+    /// several, so one that throws undoes only its own writes. Attempts again after a
+    /// transient failure, as `retrying` does.
+    private func commit(_ batch: [GroupedTransaction]) {
+        var attempt = 0
+        while true {
+            for work in batch { work.failure = nil }
+            do throws(StoreError) {
+                try withConnection { connection throws(StoreError) in
+                    _ = try connection.execute("BEGIN IMMEDIATE", [])
+                    do throws(StoreError) {
+                        for work in batch { try Self.runGrouped(work, alone: batch.count == 1, on: connection) }
+                        _ = try connection.execute("COMMIT", [])
+                    } catch {
+                        if !connection.isAutocommit { _ = try? connection.execute("ROLLBACK", []) }
+                        throw error
+                    }
+                    if let checkpointer, checkpointer.writerShouldMerge {
+                        connection.checkpoint()
+                    }
+                }
+                return
+            } catch {
+                attempt += 1
+                guard error.isTransient, attempt < options.attempts else {
+                    // Nothing of the batch is stored: a body's own failure names it better.
+                    for work in batch where work.failure == nil { work.failure = error }
+                    return
+                }
+                pause(beforeAttempt: attempt)
+            }
+        }
+    }
+
+    /// A body's own failure is kept for it and the batch goes on, unless the failure is
+    /// transient (the batch runs again) or SQLite ended the transaction (nothing can go on).
+    private static func runGrouped(_ work: GroupedTransaction, alone: Bool, on connection: SQLiteConnection) throws(StoreError) {
+        if alone {
+            do throws(StoreError) { try work.body?(connection) } catch {
+                if error.isTransient { throw error }
+                work.failure = error
+                // Alone, its failure undoes the transaction, as before grouping.
+                throw error
+            }
+            return
+        }
+        _ = try connection.execute("SAVEPOINT grouped", [])
+        do throws(StoreError) {
+            try work.body?(connection)
+            _ = try connection.execute("RELEASE grouped", [])
+        } catch {
+            if error.isTransient || connection.isAutocommit { throw error }
+            work.failure = error
+            _ = try connection.execute("ROLLBACK TO grouped", [])
+            _ = try connection.execute("RELEASE grouped", [])
         }
     }
 
@@ -197,5 +277,66 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
                                        [.integer(migration.version), .integer(Int64(Date().timeIntervalSince1970))])
             }
         }
+    }
+}
+
+/// A transaction body waiting for, or running in, a group commit.
+final class GroupedTransaction {
+    /// Dropped before the waiting thread is woken: the body is that thread's, never kept.
+    var body: ((SQLiteConnection) throws(StoreError) -> Void)?
+    var failure: StoreError?
+    var finished = false
+
+    init(_ body: @escaping (SQLiteConnection) throws(StoreError) -> Void) {
+        self.body = body
+    }
+}
+
+/// Group commit: a thread with a transaction queues it; if no batch is being committed it
+/// takes every queued transaction (its own among them) and commits them as one, while those
+/// that arrive meanwhile queue for the next batch. A commit (two WAL writes a page, the locks
+/// of a transaction, fdatasync-free but not free) then serves several requests, and a page
+/// they all touch (a counter, an index's last leaf) goes to the WAL once.
+final class TransactionGroup: @unchecked Sendable {
+    /// Most transactions one batch takes, so one leader's wait stays short.
+    static let largestBatch = 32
+    // Guards `queue`, `leading` and `largestCommitted`, and orders every GroupedTransaction's fields.
+    private let condition = NSCondition()
+    private var queue: [GroupedTransaction] = []
+    private var leading = false
+    private var largestCommitted = 0
+
+    /// Transactions queued for the next batch, and the most one batch has held (tests).
+    var counts: (waiting: Int, largestBatch: Int) {
+        condition.lock()
+        defer { condition.unlock() }
+        return (queue.count, largestCommitted)
+    }
+
+    /// Runs `work` in some batch and returns its failure, nil once it is committed.
+    func run(_ work: GroupedTransaction, commit: ([GroupedTransaction]) -> Void) -> StoreError? {
+        condition.lock()
+        defer { condition.unlock() }
+        queue.append(work)
+        while !work.finished {
+            if leading {
+                condition.wait()
+                continue
+            }
+            leading = true
+            let batch = Array(queue.prefix(Self.largestBatch))
+            queue.removeFirst(batch.count)
+            largestCommitted = max(largestCommitted, batch.count)
+            condition.unlock()
+            commit(batch)
+            condition.lock()
+            for done in batch {
+                done.body = nil
+                done.finished = true
+            }
+            leading = false
+            condition.broadcast()
+        }
+        return work.failure
     }
 }

@@ -458,6 +458,68 @@ private struct Deliberate: Error {}
         #expect(throws: StoreError.self) { try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: nil) } }
     }
 
+    /// Transactions that queue behind a running one commit together, each in a savepoint of
+    /// one transaction: the one that throws undoes only its own writes and gets its own error,
+    /// one that opens a transaction inside its own is refused, and the rest are stored.
+    @Test func groupedTransactionsSucceedOrFailEachOnItsOwn() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try SQLiteStore(path: directory + "/fingerly.db")
+        defer { store.close() }
+        @Sendable func insert(_ tx: any StoreTransaction, _ id: String) throws(StoreError) {
+            try tx.insertEvent(EventRecord(requestId: id, organization: "acme", visitorId: "v", receivedAt: 1, document: Array(id.utf8)))
+        }
+        let leaderInside = DispatchSemaphore(value: 0)
+        let releaseLeader = DispatchSemaphore(value: 0)
+        let outcomes = Mutex<[Int: String]>([:])
+        let queued = 6
+        onThreads(queued + 2) { thread in
+            if thread == queued + 1 {
+                // Releases the first batch once the others all wait for the next (or gives up
+                // after 20 s, and the batch size below fails).
+                leaderInside.wait()
+                leaderInside.signal()
+                for _ in 0..<2_000 where store.groupCounts.waiting < queued { usleep(10_000) }
+                releaseLeader.signal()
+                return
+            }
+            if thread == 0 {
+                // Holds the only batch open until every other thread's transaction waits behind it.
+                try? store.transaction { tx throws(StoreError) in
+                    leaderInside.signal()
+                    releaseLeader.wait()
+                    try insert(tx, "first")
+                }
+                return
+            }
+            leaderInside.wait()
+            leaderInside.signal()
+            let outcome: String
+            do throws(StoreError) {
+                outcome = try store.transaction { tx throws(StoreError) -> String in
+                    try insert(tx, "t\(thread)")
+                    if thread == 3 { throw StoreError("deliberate \(thread)") }
+                    if thread == 5 { try store.transaction { inner throws(StoreError) in try insert(inner, "nested") } }
+                    return "stored \(thread)"
+                }
+            } catch {
+                outcome = error.message
+            }
+            outcomes.withLock { $0[thread] = outcome }
+        }
+        #expect(outcomes.withLock { $0 } == [1: "stored 1", 2: "stored 2", 3: "deliberate 3", 4: "stored 4",
+                                             5: "a store transaction was started inside another on the same thread", 6: "stored 6"])
+        #expect(store.groupCounts.largestBatch == queued)
+        let stored = try store.transaction { tx throws(StoreError) in
+            var found: [String] = []
+            for id in ["first", "t1", "t2", "t3", "t4", "t5", "t6", "nested"] where try tx.event(requestId: id, organization: "acme") != nil {
+                found.append(id)
+            }
+            return found
+        }
+        #expect(stored == ["first", "t1", "t2", "t4", "t6"])
+    }
+
     /// Not a timed assertion: prints what one identify's store work costs on this machine, for a
     /// returning visitor (components unchanged) and for a new one (every row written).
     @Test func identifyTransactionsPerSecond() throws {
