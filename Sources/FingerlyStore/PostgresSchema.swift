@@ -110,5 +110,13 @@ enum PostgresSchema {
         ]),
         // As in SQLite: the window index cost a write per request and served only the sweep.
         Migration(version: 2, statements: ["DROP INDEX counters_window"]),
+        // The encoding columns SQLite's migration 3 adds, so both backends keep one schema:
+        // PostgreSQL writes its blobs plain (TOAST compresses them) and reads either encoding
+        // (StoredBlobCodec). A constant default rewrites no row; a CHECK would scan the events
+        // table under an exclusive lock, and this backend writes only 0.
+        Migration(version: 3, statements: [
+            "ALTER TABLE events ADD COLUMN document_encoding SMALLINT NOT NULL DEFAULT 0",
+            "ALTER TABLE idempotency ADD COLUMN response_encoding SMALLINT NOT NULL DEFAULT 0",
+        ]),
     ]
 }

@@ -87,7 +87,7 @@ final class PostgresTransaction: StoreTransaction {
         // FOR UPDATE: the engine writes what it decided from this read; another instance's
         // transaction on the same key waits here instead of deciding from the same old row.
         let record = try open().query("""
-            SELECT body_hash, state, response, status, created_at, updated_at FROM idempotency
+            SELECT body_hash, state, response, status, created_at, updated_at, response_encoding FROM idempotency
             WHERE organization = $1 AND key = $2 FOR UPDATE
             """, [.text(organization), .text(key)]) { row throws(StoreError) in
             let stateText = row.text(1)
@@ -95,7 +95,10 @@ final class PostgresTransaction: StoreTransaction {
                 throw StoreError("an idempotency record has the unknown state \(stateText)")
             }
             return IdempotencyRecord(organization: organization, key: key, bodyHash: row.bytes(0), state: state,
-                                     response: row.optionalBytes(2), status: row.optionalInteger(3).map { Int($0) },
+                                     response: try row.optionalBytes(2).map { (stored) throws(StoreError) in
+                                         try StoredBlobCodec.decode(stored, encoding: row.integer(6))
+                                     },
+                                     status: row.optionalInteger(3).map { Int($0) },
                                      createdAt: row.integer(4), updatedAt: row.integer(5))
         }.first
         let marker = Self.idempotencyKey(organization, key)
@@ -273,10 +276,11 @@ final class PostgresTransaction: StoreTransaction {
     }
 
     func event(requestId: String, organization: String) throws(StoreError) -> EventRecord? {
-        try open().query("SELECT visitor_id, received_at, document FROM events WHERE request_id = $1 AND organization = $2",
-                         [.text(requestId), .text(organization)]) {
-            EventRecord(requestId: requestId, organization: organization, visitorId: $0.text(0), receivedAt: $0.integer(1),
-                        document: $0.bytes(2))
+        try open().query("""
+            SELECT visitor_id, received_at, document, document_encoding FROM events WHERE request_id = $1 AND organization = $2
+            """, [.text(requestId), .text(organization)]) { (row) throws(StoreError) in
+            EventRecord(requestId: requestId, organization: organization, visitorId: row.text(0), receivedAt: row.integer(1),
+                        document: try StoredBlobCodec.decode(row.bytes(2), encoding: row.integer(3)))
         }.first
     }
 

@@ -50,10 +50,10 @@ final class SQLiteConnection {
     /// as the set of queries.
     private var statements: [String: OpaquePointer] = [:]
     /// Compresses and expands the large blobs this connection writes and reads.
-    let blobs: SQLiteBlobCodec
+    let blobs: StoredBlobCodec
 
     init(path: String, busyTimeoutMilliseconds: Int32, checkpointOnClose: Bool) throws(StoreError) {
-        blobs = SQLiteBlobCodec()
+        blobs = StoredBlobCodec()
         var handle: OpaquePointer?
         // NOMUTEX: SQLiteStore serializes every use; NOFOLLOW: the database is never reached through a link.
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW

@@ -113,7 +113,7 @@ enum SQLiteSchema {
         // request (bench/server); the sweep it served reads a table of at most a minute of
         // windows per key, which a scan does as well.
         Migration(version: 2, statements: ["DROP INDEX counters_window"]),
-        // Large documents and answers are kept LZ4-compressed (SQLiteBlobCodec); each row says
+        // Large documents and answers are kept LZ4-compressed (StoredBlobCodec); each row says
         // how its blob is encoded, and the rows already there are plain. Adding a column with a
         // constant default rewrites no row.
         Migration(version: 3, statements: [

@@ -83,7 +83,7 @@ final class SQLiteTransaction: StoreTransaction {
             }
             return IdempotencyRecord(organization: organization, key: key, bodyHash: row.blob(0), state: state,
                                      response: try row.optionalBlob(2).map { (stored) throws(StoreError) in
-                                         try connection.blobs.decode(stored, encoding: row.integer(6))
+                                         try StoredBlobCodec.decode(stored, encoding: row.integer(6))
                                      },
                                      status: row.optionalInteger(3).map { Int($0) },
                                      createdAt: row.integer(4), updatedAt: row.integer(5))
@@ -236,7 +236,7 @@ final class SQLiteTransaction: StoreTransaction {
             SELECT visitor_id, received_at, document, document_encoding FROM events WHERE request_id = ?1 AND organization = ?2
             """, [.text(requestId), .text(organization)]) { (row) throws(StoreError) in
             EventRecord(requestId: requestId, organization: organization, visitorId: row.text(0), receivedAt: row.integer(1),
-                        document: try connection.blobs.decode(row.blob(2), encoding: row.integer(3)))
+                        document: try StoredBlobCodec.decode(row.blob(2), encoding: row.integer(3)))
         }.first
     }
 

@@ -216,6 +216,24 @@ private struct Deliberate: Error {}
         #expect(try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: nil) } == 1)
     }
 
+    /// A large document and answer come back byte for byte, whether the backend compresses
+    /// them (SQLite) or leaves that to the database (PostgreSQL).
+    @Test(arguments: StoreBackend.allCases) func largeDocumentsAndAnswersComeBackWhole(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        let document = Array((0..<600).map { "{\"probe\":\"p\($0)\",\"value\":\($0 &* 7919 % 1000)}," }.joined().utf8)
+        let answer = Array(document.prefix(2_000))
+        try store.transaction { tx throws(StoreError) in
+            try tx.insertEvent(EventRecord(requestId: "big", organization: "acme", visitorId: "v", receivedAt: 1, document: document))
+            try tx.putIdempotency(idempotency("big", state: .complete, response: answer, status: 200))
+        }
+        let read = try store.transaction { tx throws(StoreError) in
+            (try tx.event(requestId: "big", organization: "acme")?.document, try tx.idempotency(organization: "acme", key: "big")?.response)
+        }
+        #expect(read.0 == document)
+        #expect(read.1 == answer)
+    }
+
     @Test(arguments: StoreBackend.allCases) func countersCountEveryIncrementAcrossThreads(backend: StoreBackend) throws {
         let (store, dispose) = try backend.make()
         defer { dispose() }

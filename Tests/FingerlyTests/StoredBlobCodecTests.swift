@@ -4,7 +4,7 @@ import Testing
 
 /// SQLite keeps large event documents and idempotency answers LZ4-compressed, says so in the
 /// row, and gives back the bytes it was given; rows from before the change read as they are.
-@Suite(.serialized) struct SQLiteBlobCodecTests {
+@Suite(.serialized) struct StoredBlobCodecTests {
     private static let document: [UInt8] = {
         // Shaped like an event: JSON with repeated field names around values that do not repeat.
         var text = "{\"report\":{\"probes\":["
@@ -41,12 +41,12 @@ import Testing
             }
             let events = try Self.stored(path, "SELECT length(document), document_encoding FROM events ORDER BY request_id")
             #expect(events.count == 2)
-            #expect(events[0].encoding == SQLiteBlobCodec.Encoding.lz4.rawValue)
+            #expect(events[0].encoding == StoredBlobCodec.Encoding.lz4.rawValue)
             #expect(events[0].length * 2 < Int64(Self.document.count), "stored \(events[0].length) of \(Self.document.count) bytes")
-            #expect(events[1].encoding == SQLiteBlobCodec.Encoding.plain.rawValue)
+            #expect(events[1].encoding == StoredBlobCodec.Encoding.plain.rawValue)
             #expect(events[1].length == Int64(small.count))
             let answers = try Self.stored(path, "SELECT length(response), response_encoding FROM idempotency")
-            #expect(answers.map(\.encoding) == [SQLiteBlobCodec.Encoding.lz4.rawValue])
+            #expect(answers.map(\.encoding) == [StoredBlobCodec.Encoding.lz4.rawValue])
 
             let read = try store.transaction { tx throws(StoreError) in
                 (try tx.event(requestId: "big", organization: "acme")?.document, try tx.event(requestId: "small", organization: "acme")?.document,
@@ -79,43 +79,43 @@ import Testing
 
     /// A damaged file gives a store error naming the damage, never a crash or a huge allocation.
     @Test func aDamagedOrBoastfulBlobIsAnErrorNotACrash() throws {
-        let codec = SQLiteBlobCodec()
+        let codec = StoredBlobCodec()
         let frame = codec.encode(Self.document)
         #expect(frame.encoding == .lz4)
-        #expect(try codec.decode(frame.bytes, encoding: frame.encoding.rawValue) == Self.document)
+        #expect(try StoredBlobCodec.decode(frame.bytes, encoding: frame.encoding.rawValue) == Self.document)
 
         var truncated = frame.bytes
         truncated.removeLast(8)
-        #expect(throws: StoreError.self) { try codec.decode(truncated, encoding: 1) }
+        #expect(throws: StoreError.self) { try StoredBlobCodec.decode(truncated, encoding: 1) }
         var flipped = frame.bytes
         flipped[flipped.count / 2] ^= 0x5A
         do {
             // A flipped byte may still decode, but never to more than the blob declares.
-            let decoded = try codec.decode(flipped, encoding: 1)
+            let decoded = try StoredBlobCodec.decode(flipped, encoding: 1)
             #expect(decoded.count == Self.document.count)
         } catch {
             #expect(!error.message.isEmpty)
         }
-        #expect(throws: StoreError.self) { try codec.decode([0x10, 0, 0, 0] + Array("not a block".utf8), encoding: 1) }
-        #expect(throws: StoreError.self) { try codec.decode([], encoding: 1) }
-        #expect(throws: StoreError.self) { try codec.decode([1, 2, 3, 4], encoding: 1) }
-        #expect(throws: StoreError.self) { try codec.decode(frame.bytes, encoding: 7) }
+        #expect(throws: StoreError.self) { try StoredBlobCodec.decode([0x10, 0, 0, 0] + Array("not a block".utf8), encoding: 1) }
+        #expect(throws: StoreError.self) { try StoredBlobCodec.decode([], encoding: 1) }
+        #expect(throws: StoreError.self) { try StoredBlobCodec.decode([1, 2, 3, 4], encoding: 1) }
+        #expect(throws: StoreError.self) { try StoredBlobCodec.decode(frame.bytes, encoding: 7) }
         // A length that understates or overstates the block is refused, not trusted.
         var short = frame.bytes
         short[0] = short[0] &- 1
-        #expect(throws: StoreError.self) { try codec.decode(short, encoding: 1) }
+        #expect(throws: StoreError.self) { try StoredBlobCodec.decode(short, encoding: 1) }
         var long = frame.bytes
         long[1] = long[1] &+ 1
-        #expect(throws: StoreError.self) { try codec.decode(long, encoding: 1) }
+        #expect(throws: StoreError.self) { try StoredBlobCodec.decode(long, encoding: 1) }
 
         // A length of 4 GiB - 1: refused before any allocation.
         let boastful: [UInt8] = [0xFF, 0xFF, 0xFF, 0xFF, 0x10, 0x41]
-        let error = #expect(throws: StoreError.self) { try codec.decode(boastful, encoding: 1) }
+        let error = #expect(throws: StoreError.self) { try StoredBlobCodec.decode(boastful, encoding: 1) }
         #expect(error?.message.contains("claims") == true, "\(String(describing: error))")
     }
 
     @Test func blobsThatDoNotShrinkStayPlain() throws {
-        let codec = SQLiteBlobCodec()
+        let codec = StoredBlobCodec()
         var generator = SystemRandomNumberGenerator()
         let noise = (0..<4_096).map { _ in UInt8.random(in: 0...255, using: &generator) }
         let result = codec.encode(noise)

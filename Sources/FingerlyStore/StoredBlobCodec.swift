@@ -1,6 +1,8 @@
 import CLZ4
 
-/// How SQLite keeps event documents and idempotency answers: large ones LZ4-compressed.
+/// How the stores keep event documents and idempotency answers: SQLite compresses large ones
+/// with LZ4; PostgreSQL keeps them plain (TOAST compresses them) but reads either, so both
+/// backends have one schema and one meaning for it.
 ///
 /// An event document is 13 KB of JSON for a typical report: four pages of its own in the WAL,
 /// again in the checkpoint that copies it, and in the file for the retention period. LZ4 makes
@@ -11,7 +13,7 @@ import CLZ4
 /// encoding it is in; rows written before migration 3 are `plain`.
 ///
 /// An `lz4` blob is the decoded length as 4 bytes, little-endian, then one LZ4 block.
-final class SQLiteBlobCodec {
+final class StoredBlobCodec {
     enum Encoding: Int64 {
         case plain = 0
         case lz4 = 1
@@ -55,7 +57,7 @@ final class SQLiteBlobCodec {
     }
 
     /// The stored bytes as they were given to `encode`.
-    func decode(_ stored: [UInt8], encoding code: Int64) throws(StoreError) -> [UInt8] {
+    static func decode(_ stored: [UInt8], encoding code: Int64) throws(StoreError) -> [UInt8] {
         switch Encoding(rawValue: code) {
         case .plain?:
             return stored
@@ -66,10 +68,10 @@ final class SQLiteBlobCodec {
         }
     }
 
-    private func decompress(_ stored: [UInt8]) throws(StoreError) -> [UInt8] {
-        guard stored.count > Self.lengthBytes else { throw StoreError("a stored LZ4 blob is too short to hold its length") }
+    private static func decompress(_ stored: [UInt8]) throws(StoreError) -> [UInt8] {
+        guard stored.count > lengthBytes else { throw StoreError("a stored LZ4 blob is too short to hold its length") }
         let declared = (0..<Self.lengthBytes).reduce(0) { $0 | Int(stored[$1]) << (8 * $1) }
-        guard declared <= Self.largestDecoded else {
+        guard declared <= largestDecoded else {
             throw StoreError("a stored LZ4 blob claims \(declared) bytes, more than \(Self.largestDecoded)")
         }
         var output = [UInt8](repeating: 0, count: declared)
