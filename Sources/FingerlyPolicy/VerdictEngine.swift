@@ -31,9 +31,10 @@ package struct VerdictEngine {
         // The first probe in report order that reports a signal gives its value, as
         // `SignalReport.signals` merges them.
         var values = [SignalValue?](repeating: nil, count: compiled.slots.count)
-        var probes = [ProbeEntry?](repeating: nil, count: compiled.probeSlots.count)
-        for probe in report.probes {
-            if let slot = compiled.probeSlots[probe.id], probes[slot] == nil { probes[slot] = probe }
+        // Positions in report.probes, not copies: an entry is a dozen reference-counted fields.
+        var probes = [Int?](repeating: nil, count: compiled.probeSlots.count)
+        for (position, probe) in report.probes.enumerated() {
+            if let slot = compiled.probeSlots[probe.id], probes[slot] == nil { probes[slot] = position }
             for (name, value) in probe.signals {
                 if let slot = compiled.slots[name], values[slot] == nil { values[slot] = value }
             }
@@ -67,7 +68,8 @@ package struct VerdictEngine {
 
             var missing: [MissingEvidence] = []
             for slot in verdict.evidenceProbeSlots {
-                guard let entry = probes[slot] else { continue }
+                guard let position = probes[slot] else { continue }
+                let entry = report.probes[position]
                 let probe = entry.id
                 if entry.status.hidesEvidence {
                     missing.append(MissingEvidence(probe: probe, status: entry.status, message: BoundedText.bounded(
@@ -183,10 +185,18 @@ private struct CompiledCondition {
     let test: Policy.Condition.Test
 }
 
-private struct CompiledRule {
+/// A class, not a struct: the evaluation walks every rule of every verdict, and copying a rule
+/// of strings and arrays cost a retain and a release of each.
+private final class CompiledRule: Sendable {
     let rule: Policy.Rule
     let conditions: [CompiledCondition]
     let kindFromSlot: Int?
+
+    init(rule: Policy.Rule, conditions: [CompiledCondition], kindFromSlot: Int?) {
+        self.rule = rule
+        self.conditions = conditions
+        self.kindFromSlot = kindFromSlot
+    }
 }
 
 private struct CompiledVerdict {
