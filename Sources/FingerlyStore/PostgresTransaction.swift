@@ -108,9 +108,11 @@ final class PostgresTransaction: StoreTransaction {
 
     func putIdempotency(_ record: IdempotencyRecord) throws(StoreError) {
         let connection = try open()
+        // This backend writes plain; an upsert over a row holding LZ4 (copied from SQLite) must
+        // say so too, or the next read would decode plain JSON as a block.
         let values: [PostgresValue] = [.text(record.organization), .text(record.key), .bytes(record.bodyHash), .text(record.state.rawValue),
                                        .optionalBytes(record.response), .optionalInteger(record.status), .integer(record.createdAt),
-                                       .integer(record.updatedAt)]
+                                       .integer(record.updatedAt), .integer(StoredBlobCodec.Encoding.plain.rawValue)]
         let marker = Self.idempotencyKey(record.organization, record.key)
         if absentIdempotency.contains(marker) {
             // Read as absent: the unique (organization, key) decides between two instances given
@@ -118,8 +120,8 @@ final class PostgresTransaction: StoreTransaction {
             // then writes nothing; this transaction runs again, reads the other's marker and
             // answers 409 or the replay, never overwriting it.
             let inserted = try connection.execute("""
-                INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at, response_encoding)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                 ON CONFLICT (organization, key) DO NOTHING
                 """, values)
             guard inserted == 1 else { throw StoreError("another transaction stored the same idempotency key", isTransient: true) }
@@ -127,10 +129,11 @@ final class PostgresTransaction: StoreTransaction {
             return
         }
         try connection.execute("""
-            INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+            INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at, response_encoding)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
             ON CONFLICT (organization, key) DO UPDATE SET body_hash = excluded.body_hash, state = excluded.state,
-                response = excluded.response, status = excluded.status, created_at = excluded.created_at, updated_at = excluded.updated_at
+                response = excluded.response, status = excluded.status, created_at = excluded.created_at, updated_at = excluded.updated_at,
+                response_encoding = excluded.response_encoding
             """, values)
     }
 
