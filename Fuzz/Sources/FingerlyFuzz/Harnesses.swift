@@ -5,6 +5,7 @@ import FoundationEssentials
 @testable import FingerlyEngine
 @testable import FingerlyPolicy
 @testable import FingerlyProbes
+@testable import FingerlyStore
 @testable import FingerlyTransport
 
 /// Each harness feeds one input to the real parsing code: the pure parser where one exists, and the
@@ -30,6 +31,8 @@ enum Harnesses {
         "error-code": errorCode,
         "proxy-env": proxyEnvironment,
         "submission-reader": submissionReader,
+        "stored-blob": storedBlob,
+        "character-search": characterSearch,
     ]
 
     private static let root = ScratchRoot()
@@ -63,6 +66,36 @@ enum Harnesses {
         }
     }
 
+    // libFuzzer runs one input at a time, on one thread: the codec's scratch state is never shared.
+    nonisolated(unsafe) private static let blobCodec = StoredBlobCodec()
+
+    /// A stored row read back from a damaged or forged file must decode within its bounds or be
+    /// refused; and whatever the store writes must read back as it was given.
+    static func storedBlob(_ bytes: [UInt8]) {
+        if let decoded = try? StoredBlobCodec.decode(bytes, encoding: StoredBlobCodec.Encoding.lz4.rawValue),
+           decoded.count > StoredBlobCodec.largestDecoded {
+            fatalError("a stored blob decoded past the limit")
+        }
+        let stored = blobCodec.encode(bytes)
+        guard (try? StoredBlobCodec.decode(stored.bytes, encoding: stored.encoding.rawValue)) == bytes else {
+            fatalError("a stored blob did not read back as written")
+        }
+    }
+
+    /// Differential: the policy's substring test against Character-by-Character search. The
+    /// input is the text, a NUL, then the needle.
+    static func characterSearch(_ bytes: [UInt8]) {
+        let parts = bytes.split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false)
+        let text = String(decoding: parts[0], as: UTF8.self)
+        let needle = parts.count > 1 ? String(decoding: parts[1], as: UTF8.self) : ""
+        let characters = Array(text), wanted = Array(needle)
+        let expected = wanted.count <= characters.count
+            && (0...(characters.count - wanted.count)).contains { characters[$0..<($0 + wanted.count)].elementsEqual(wanted) }
+        guard CharacterSearch.contains(text, needle) == expected else {
+            fatalError("CharacterSearch and Character search disagree")
+        }
+    }
+
     static func policy(_ bytes: [UInt8]) {
         do {
             _ = try loader.load(Data(bytes), source: "fuzz.json")
@@ -82,7 +115,7 @@ enum Harnesses {
         for (index, name) in names.enumerated() where index + 2 < parts.count {
             signals[name] = signalValue(parts[index + 2])
         }
-        _ = template.render(value: parts.count > 1 ? signalValue(parts[1]) : nil, signals: signals)
+        _ = template.render(value: parts.count > 1 ? signalValue(parts[1]) : nil) { signals[$0] }
     }
 
     private static func signalValue(_ bytes: [UInt8]) -> SignalValue {
