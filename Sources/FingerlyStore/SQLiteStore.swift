@@ -294,9 +294,9 @@ final class GroupedTransaction {
 
 /// Group commit: a thread with a transaction queues it; if no batch is being committed it
 /// takes every queued transaction (its own among them) and commits them as one, while those
-/// that arrive meanwhile queue for the next batch. A commit (two WAL writes a page, the locks
-/// of a transaction, fdatasync-free but not free) then serves several requests, and a page
-/// they all touch (a counter, an index's last leaf) goes to the WAL once.
+/// that arrive meanwhile queue for the next batch. A commit costs two writes per WAL page and a
+/// transaction's worth of file locks; grouped, it serves several requests, and a page they all
+/// touch (a counter, an index's last leaf) goes to the WAL once.
 final class TransactionGroup: @unchecked Sendable {
     /// Most transactions one batch takes, so one leader's wait stays short.
     static let largestBatch = 32

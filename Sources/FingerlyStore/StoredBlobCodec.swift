@@ -8,9 +8,8 @@ import CLZ4
 /// again in the checkpoint that copies it, and in the file for the retention period. LZ4 makes
 /// it 5.7 KB in about 12 µs. The compression runs inside the store's lock, where every
 /// microsecond holds every other request: zstd's level 1 made it 4 KB but cost 70–95 µs there
-/// (`bench/server` under perf), as much as the pages it saved. PostgreSQL compresses such
-/// values itself (TOAST), so only this backend does it. The column beside each blob says which
-/// encoding it is in; rows written before migration 3 are `plain`.
+/// (`bench/server` under perf), as much as the pages it saved. The column beside each blob
+/// says which encoding it is in; rows written before migration 3 are `plain`.
 ///
 /// An `lz4` blob is the decoded length as 4 bytes, little-endian, then one LZ4 block.
 final class StoredBlobCodec {
