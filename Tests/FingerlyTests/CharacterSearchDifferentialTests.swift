@@ -7,18 +7,8 @@ import Testing
 /// at byte offsets, so many split a CR LF pair or a grapheme.
 @Suite("Character search, differential")
 struct CharacterSearchDifferentialTests {
-    /// SplitMix64: the same texts on every run.
-    private struct Seeded {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
-    }
+    /// The same texts on every run.
+    private typealias Seeded = SubmissionCLITests.SeededGenerator
 
     private static func reference(_ text: String, _ needle: String) -> Bool {
         let text = Array(text), needle = Array(needle)
@@ -69,4 +59,8 @@ struct CharacterSearchDifferentialTests {
         #expect(count == 0, "\(count) of \(tried): \(first)")
         #expect(found > tried / 10 && found < tried)
     }
+}
+
+private extension SubmissionCLITests.SeededGenerator {
+    mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
 }
