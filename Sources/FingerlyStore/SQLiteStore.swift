@@ -118,37 +118,18 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
     /// Transactions waiting for a batch, and the most one batch has held (tests).
     package var groupCounts: (waiting: Int, largestBatch: Int) { group.counts }
 
-    /// One BEGIN IMMEDIATE … COMMIT for a batch: each body in a savepoint when there are
-    /// several, so one that throws undoes only its own writes. Attempts again after a
-    /// transient failure, as `retrying` does.
+    /// One BEGIN IMMEDIATE … COMMIT for a batch (`retrying`, which attempts it again after a
+    /// transient failure): each body in a savepoint when there are several, so one that throws
+    /// undoes only its own writes.
     private func commit(_ batch: [GroupedTransaction]) {
-        var attempt = 0
-        while true {
-            for work in batch { work.failure = nil }
-            do throws(StoreError) {
-                try withConnection { connection throws(StoreError) in
-                    _ = try connection.execute("BEGIN IMMEDIATE", [])
-                    do throws(StoreError) {
-                        for work in batch { try Self.runGrouped(work, alone: batch.count == 1, on: connection) }
-                        _ = try connection.execute("COMMIT", [])
-                    } catch {
-                        if !connection.isAutocommit { _ = try? connection.execute("ROLLBACK", []) }
-                        throw error
-                    }
-                    if let checkpointer, checkpointer.writerShouldMerge {
-                        connection.checkpoint()
-                    }
-                }
-                return
-            } catch {
-                attempt += 1
-                guard error.isTransient, attempt < options.attempts else {
-                    // Nothing of the batch is stored: a body's own failure names it better.
-                    for work in batch where work.failure == nil { work.failure = error }
-                    return
-                }
-                pause(beforeAttempt: attempt)
+        do throws(StoreError) {
+            try retrying { connection throws(StoreError) in
+                for work in batch { work.failure = nil }
+                for work in batch { try Self.runGrouped(work, alone: batch.count == 1, on: connection) }
             }
+        } catch {
+            // Nothing of the batch is stored: a body's own failure names it better.
+            for work in batch where work.failure == nil { work.failure = error }
         }
     }
 
