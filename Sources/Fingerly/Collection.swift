@@ -13,6 +13,9 @@ extension Fingerly {
                                            filter: filter, hasher: hasher)
         environment.pinChecks = options.tlsPinChecks
         let start = start ?? CollectorStart.observe(environment.host)
+        // Under a binary translator every probe runs slower by about as much: without more time the
+        // probes that would see it time out first. The budget still ends the run.
+        let timeoutScale = start.slowdown?.timeoutScale ?? 1
         var jobs: [ScheduledProbe] = []
         var ignored: [ProbeEntry] = []
         var collector: ProbeCatalogue.Entry?
@@ -26,8 +29,8 @@ extension Fingerly {
                 continue
             }
             guard tiers.contains(entry.tier), prefetched?.ids.contains(entry.id) != true else { continue }
-            let job = ScheduledProbe(probe: probe, tier: entry.tier,
-                                     timeoutMs: schedule.sourceTimeoutOverrideMs ?? entry.timeoutMs ?? schedule.defaultSourceTimeoutMs)
+            let job = ScheduledProbe(probe: probe, tier: entry.tier, timeoutMs: schedule.sourceTimeoutOverrideMs
+                ?? Self.scaled(entry.timeoutMs ?? schedule.defaultSourceTimeoutMs, by: timeoutScale, within: schedule.budgetMs))
             if filter.ignores(probe: entry) {
                 ignored.append(job.entry(.skipped, durationMs: 0, detail: "ignored by request (attributesToIgnore)"))
             } else {
@@ -63,6 +66,14 @@ extension Fingerly {
                             probes: (entries + unscheduled).sorted { order[$0.id, default: 0] < order[$1.id, default: 0] },
                             identity: identity, identifierKeying: hasher.keying, freeText: hasher.freeText,
                             prefetchedAgeMs: prefetched.map { (monotonicMilliseconds() - $0.collectedAt).roundedToMicroseconds })
+    }
+}
+
+extension Fingerly {
+    static func scaled(_ timeoutMs: Int, by factor: Int, within budgetMs: Int) -> Int {
+        guard factor > 1 else { return timeoutMs }
+        let (product, overflow) = timeoutMs.multipliedReportingOverflow(by: factor)
+        return overflow ? max(timeoutMs, budgetMs) : max(timeoutMs, min(product, budgetMs))
     }
 }
 

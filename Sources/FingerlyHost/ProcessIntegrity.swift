@@ -54,6 +54,22 @@ package enum SymbolOrigin: Sendable, Hashable {
     case interposed(by: String)
 }
 
+/// What code new to this thread cost against a loop run before it, in CPU time of this thread.
+package struct CodeCost: Sendable, Hashable {
+    package let freshCodeCPUNanoseconds: Int64
+    package let referenceCPUNanoseconds: Int64
+    package let wallNanoseconds: Int64
+    package let cpuClockResolutionNanoseconds: Int64
+
+    package init(freshCodeCPUNanoseconds: Int64, referenceCPUNanoseconds: Int64, wallNanoseconds: Int64,
+                 cpuClockResolutionNanoseconds: Int64) {
+        self.freshCodeCPUNanoseconds = freshCodeCPUNanoseconds
+        self.referenceCPUNanoseconds = referenceCPUNanoseconds
+        self.wallNanoseconds = wallNanoseconds
+        self.cpuClockResolutionNanoseconds = cpuClockResolutionNanoseconds
+    }
+}
+
 /// This process as the loader, the kernel and its own code see it.
 package enum ProcessIntegrity {
     package static func traceMeSelfTest() -> TraceMeOutcome {
@@ -84,6 +100,15 @@ package enum ProcessIntegrity {
         }
         guard failure == 0 else { throw SystemError(failure) }
         return bytes
+    }
+
+    /// Runs the fresh-code and reference workloads in the calling thread (fingerly_measure_code_cost);
+    /// nil when the thread's CPU clock cannot be read.
+    package static func measureCodeCost(seed: UInt64) -> CodeCost? {
+        var cost = fingerly_code_cost()
+        guard fingerly_measure_code_cost(seed, &cost) == 0 else { return nil }
+        return CodeCost(freshCodeCPUNanoseconds: cost.blocks_cpu_ns, referenceCPUNanoseconds: cost.chain_cpu_ns,
+                        wallNanoseconds: cost.wall_ns, cpuClockResolutionNanoseconds: cost.cpu_clock_resolution_ns)
     }
 
     /// A process maps a few hundred objects at most.

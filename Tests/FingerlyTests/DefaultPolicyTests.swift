@@ -43,6 +43,8 @@ import Testing
         "tracer_pid": (.debugger, ["process.tracer_pid": .int(77)], nil),
         "parent_is_debugger": (.debugger, ["process.parent_comm": .string("strace")], "strace"),
         "instrumentation_preload": (.instrumentation, ["loader.ld_preload": .string("/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so")], nil),
+        "instrumentation_preloaded_object": (.instrumentation,
+                                             ["loader.preloaded_objects": .strings(["/usr/libexec/valgrind/vgpreload_core-amd64-linux.so"])], nil),
         "ld_so_preload": (.tampering, ["loader.preload_file_entries": .strings(["/lib/x.so"])], nil),
         "ld_so_preload_oversized": (.tampering, ["loader.preload_file_oversized": .bool(true)], nil),
         "trust_file_oversized": (.mitm, ["tls.oversized_trust_files": .strings(["/etc/ssl/certs/ca-certificates.crt"])], nil),
@@ -84,7 +86,10 @@ import Testing
         "inline_hook": (.tampering, ["integrity.inline_hooks": .strings(["open in /lib/libc.so.6: jmp rel32 trampoline"])], nil),
         "libc_view_mismatch": (.tampering, ["integrity.view_mismatches": .strings(["/proc/self/maps hides /tmp/libhook.so"])], nil),
         "object_mapped_without_loader": (.tampering, ["loader.objects_mapped_without_loader": .strings(["/dev/shm/x.so"])], nil),
-        "unexplained_object": (.tampering, ["loader.unexplained_objects": .strings(["/tmp/libhook.so"])], nil),
+        "preloaded_object": (.tampering, ["loader.preloaded_objects": .strings(["/tmp/libhook.so"])], nil),
+        // A place is a clue only beside stronger evidence.
+        "runtime_object_in_unusual_place": (.tampering, ["loader.runtime_objects_in_unusual_places": .strings(["temporary: /tmp/x.so"]),
+                                                         "integrity.inline_hooks": .strings(["open in /lib/libc.so.6: short jmp"])], nil),
         "ci_environment": (.automation, ["automation.ci_markers": .strings(["GITHUB_ACTIONS (GitHub Actions)"])], "ci"),
         "xvfb_run": (.automation, ["automation.xvfb_run": .bool(true), "automation.display": .string(":99")], "virtual-display"),
         "virtual_display_process": (.automation, ["automation.virtual_display_processes": .strings(["Xvfb (pid 12)"])], "virtual-display"),
@@ -104,9 +109,9 @@ import Testing
         "machine_id_malformed": (.farm, ["machine.machine_id_state": .string("malformed")], nil),
         "dmi_uuid_placeholder": (.farm, ["machine.dmi_product_uuid_state": .string("placeholder")], nil),
         "early_tracer_pid": (.debugger, ["collector.early_tracer_pid": .int(42), "collector.early_tracer_comm": .string("strace")], nil),
-        // The starvation rules sit in both debugger and instrumentation, under one id.
-        "collector_starved": (.debugger, ["collector.unfinished_percent": .int(80), "collector.budget_used_percent": .int(103)], nil),
-        "collector_overran": (.debugger, ["collector.budget_used_percent": .int(310), "collector.unfinished_percent": .int(10)], nil),
+        "code_translation_slowdown": (.instrumentation, ["collector.code_slowdown_factor": .int(20)], nil),
+        // Past the higher bound both slowdown rules fire.
+        "code_translation_slowdown_severe": (.instrumentation, ["collector.code_slowdown_factor": .int(140)], nil),
     ]
 
     @Test func everyShippedRuleHasACase() {
@@ -127,14 +132,12 @@ import Testing
         // Evidence for one verdict fires no other, except that an instrumentation runtime
         // injected with LD_PRELOAD is a preload too.
         let expectedAlso: Set<VerdictName> = switch id {
-        case "instrumentation_preload": [.tampering]
+        case "instrumentation_preload", "instrumentation_preloaded_object": [.tampering]
         // int3 in memory with no tracer is both a breakpoint and a uprobe's mark.
         case "uprobe_patched_text": [.debugger]
         // The generation counter is a VM device as well as a clone hint.
         case "vm_generation_counter_hint": [.virtualization]
         case "code_breakpoint": []
-        // A starved collector is no evidence against either.
-        case "collector_starved", "collector_overran": [.instrumentation]
         default: []
         }
         for (other, otherVerdict) in verdicts where other != verdictName {

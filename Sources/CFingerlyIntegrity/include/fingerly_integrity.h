@@ -87,4 +87,24 @@ size_t fingerly_loaded_object_path(const fingerly_loaded_object *object, const c
 size_t fingerly_loaded_object_soname(const fingerly_loaded_object *object, const char **text);
 size_t fingerly_needed_library_name(const fingerly_needed_library *needed, const char **text);
 
+/// Rounds of the arithmetic chain fingerly_measure_code_cost runs as its reference.
+#define FINGERLY_CHAIN_ROUNDS 20000u
+
+/// What running code new to this thread cost against running a loop it has run before.
+typedef struct {
+    /// CPU time (CLOCK_THREAD_CPUTIME_ID) of 1,024 data-dependent branches, each its own block.
+    int64_t blocks_cpu_ns;
+    /// CPU time of FINGERLY_CHAIN_ROUNDS dependent multiply-adds in one loop.
+    int64_t chain_cpu_ns;
+    /// Wall-clock time of both.
+    int64_t wall_ns;
+    int64_t cpu_clock_resolution_ns;
+    /// What the work computed, so that no compiler may leave it out.
+    uint64_t result;
+} fingerly_code_cost;
+
+/// Runs both workloads in the calling thread, `seed` choosing the branches' paths. Returns 0,
+/// or -1 when a clock cannot be read.
+int fingerly_measure_code_cost(uint64_t seed, fingerly_code_cost *cost);
+
 #endif

@@ -17,11 +17,14 @@ package struct CollectorProbe: Probe {
     }
 }
 
-/// What is read before any probe thread starts: this process's tracer.
+/// What is read before any probe thread starts: this process's tracer, and how much slower it
+/// runs code new to it (a binary translator), measured before other threads compete for the CPU.
 package struct CollectorStart: Sendable {
     /// nil when it could not be read; never read under a root prefix.
     let tracerPid: Int?
     let tracerComm: String?
+    /// nil under a root prefix (the tree is not this process) or when the CPU clock is unusable.
+    package var slowdown: CodeSlowdown? = nil
     /// Reads that failed: no probe context exists yet to record them, so they wait here for
     /// the collector probe's entry.
     var readFailures: [HostReadError] = []
@@ -29,8 +32,11 @@ package struct CollectorStart: Sendable {
     /// Raw system calls only (a preloaded hook cannot hide the tracer), and only on the live host:
     /// under a root prefix the collector's own tracer is not the tree's, and a file of the tree
     /// could block (a FIFO) where no timeout guards this read.
-    package static func observe(_ host: HostFileSystem) -> CollectorStart {
+    package static func observe(_ host: HostFileSystem, slowdownMemory: CodeSlowdown.Memory = .process) -> CollectorStart {
         guard host.isLiveHost else { return CollectorStart(tracerPid: nil, tracerComm: nil) }
+        // First, so that nothing of ours has yet run the measured code in this call.
+        let slowdown = CodeSlowdown.measure(seed: UInt64(bitPattern: Int64(monotonicMilliseconds() * 1000)),
+                                            memory: slowdownMemory)
         var failures: [HostReadError] = []
         func read(_ path: String, limit: Int) -> String? {
             do { return try host.readTextBypassingLibc(path, limit: limit) } catch {
@@ -45,13 +51,19 @@ package struct CollectorStart: Sendable {
         if let tracer, tracer > 0 {
             comm = read("/proc/\(tracer)/comm", limit: 256)?.trimmingWhitespace()
         }
-        return CollectorStart(tracerPid: tracer, tracerComm: comm, readFailures: failures)
+        return CollectorStart(tracerPid: tracer, tracerComm: comm, slowdown: slowdown, readFailures: failures)
     }
 
     package func emit(into context: ProbeContext) {
         readFailures.forEach(context.record)
         if let tracerPid { context.emit("collector.early_tracer_pid", tracerPid) }
         if let tracerComm, !tracerComm.isEmpty { context.emit("collector.early_tracer_comm", tracerComm) }
+        if let slowdown {
+            context.emit("collector.code_slowdown_factor", slowdown.highestFactorInProcess)
+            context.emit("collector.fresh_code_us", slowdown.freshCodeMicroseconds)
+            context.emit("collector.reference_code_us", slowdown.referenceMicroseconds)
+            context.emit("collector.slowdown_measurement_us", slowdown.costMicroseconds)
+        }
     }
 }
 

@@ -1,0 +1,67 @@
+#define _GNU_SOURCE
+#include "fingerly_integrity.h"
+
+#include <time.h>
+
+// Why C: the measurement depends on the shape of the machine code, which Swift does not let us
+// pin down. Each step below is its own pair of basic blocks, kept apart by the empty asm (which
+// the compiler may neither merge nor turn into a conditional move), and which arm runs depends
+// on the data. Natively the whole run costs about what the arithmetic chain does. A binary
+// translator (valgrind, DynamoRIO, Pin, QEMU user mode) must translate each block the first
+// time it runs, and with data-dependent paths most blocks are new on every call: the run costs
+// it hundreds of times the chain, which it translates once and then runs nearly natively.
+// Being CPU time in this thread, neither figure grows when the machine is busy.
+
+#define FINGERLY_STEP(n)                                                                         \
+    if ((value >> ((n) % 61)) & 1) {                                                             \
+        value = value * (((uint64_t)(n) * 2654435761u) | 1) + (n);                               \
+        __asm__ volatile("" : "+r"(value));                                                      \
+    } else {                                                                                     \
+        value ^= (uint64_t)(n) * 0x9E3779B97F4A7C15u;                                            \
+        __asm__ volatile("" : "+r"(value));                                                      \
+    }
+#define FINGERLY_STEP4(n) FINGERLY_STEP(n) FINGERLY_STEP((n) + 1) FINGERLY_STEP((n) + 2) FINGERLY_STEP((n) + 3)
+#define FINGERLY_STEP16(n) FINGERLY_STEP4(n) FINGERLY_STEP4((n) + 4) FINGERLY_STEP4((n) + 8) FINGERLY_STEP4((n) + 12)
+#define FINGERLY_STEP64(n) FINGERLY_STEP16(n) FINGERLY_STEP16((n) + 16) FINGERLY_STEP16((n) + 32) FINGERLY_STEP16((n) + 48)
+#define FINGERLY_STEP256(n) FINGERLY_STEP64(n) FINGERLY_STEP64((n) + 64) FINGERLY_STEP64((n) + 128) FINGERLY_STEP64((n) + 192)
+
+__attribute__((noinline)) static uint64_t branchy_blocks(uint64_t value) {
+    FINGERLY_STEP256(0)
+    FINGERLY_STEP256(256)
+    FINGERLY_STEP256(512)
+    FINGERLY_STEP256(768)
+    return value;
+}
+
+__attribute__((noinline)) static uint64_t arithmetic_chain(uint64_t value, unsigned rounds) {
+    for (unsigned round = 0; round < rounds; round++) {
+        value = value * 6364136223846793005u + 1442695040888963407u;
+        __asm__ volatile("" : "+r"(value));
+    }
+    return value;
+}
+
+static int64_t nanoseconds(clockid_t clock) {
+    struct timespec now;
+    if (clock_gettime(clock, &now) != 0) return -1;
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+int fingerly_measure_code_cost(uint64_t seed, fingerly_code_cost *cost) {
+    struct timespec resolution;
+    if (clock_getres(CLOCK_THREAD_CPUTIME_ID, &resolution) != 0) return -1;
+    cost->cpu_clock_resolution_ns = (int64_t)resolution.tv_sec * 1000000000 + resolution.tv_nsec;
+    int64_t wall_start = nanoseconds(CLOCK_MONOTONIC);
+    int64_t cpu_start = nanoseconds(CLOCK_THREAD_CPUTIME_ID);
+    uint64_t value = branchy_blocks(seed);
+    int64_t cpu_middle = nanoseconds(CLOCK_THREAD_CPUTIME_ID);
+    value = arithmetic_chain(value, FINGERLY_CHAIN_ROUNDS);
+    int64_t cpu_end = nanoseconds(CLOCK_THREAD_CPUTIME_ID);
+    int64_t wall_end = nanoseconds(CLOCK_MONOTONIC);
+    if (wall_start < 0 || cpu_start < 0 || cpu_middle < 0 || cpu_end < 0 || wall_end < 0) return -1;
+    cost->blocks_cpu_ns = cpu_middle - cpu_start;
+    cost->chain_cpu_ns = cpu_end - cpu_middle;
+    cost->wall_ns = wall_end - wall_start;
+    cost->result = value;
+    return 0;
+}

@@ -1,0 +1,104 @@
+import Foundation
+import Testing
+@testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyProbes
+
+/// How an object came in (preloaded before `main` or loaded while the program ran), told from
+/// the loader's list order, and where a run-time object lives.
+@Suite struct ObjectArrivalTests {
+    typealias Object = (path: String, soname: String, needed: [String])
+    static let program: Object = ("[main]", "", ["libm.so.6", "libc.so.6"])
+    static let vdso: Object = ("linux-vdso.so.1", "linux-vdso.so.1", [])
+    static let libm: Object = ("/lib/x86_64-linux-gnu/libm.so.6", "libm.so.6", ["libc.so.6"])
+    static let libc: Object = ("/lib/x86_64-linux-gnu/libc.so.6", "libc.so.6", ["ld-linux-x86-64.so.2"])
+    static let loader: Object = ("/lib64/ld-linux-x86-64.so.2", "ld-linux-x86-64.so.2", [])
+
+    @Test func aProgramAndItsDependenciesArriveAtStartUp() {
+        let arrival = ObjectArrival([Self.program, Self.vdso, Self.libm, Self.libc, Self.loader])
+        #expect(arrival.preloaded.isEmpty)
+        #expect(arrival.loadedAtRunTime.isEmpty)
+    }
+
+    @Test func anObjectNothingAsksForBeforeTheLastDependencyWasPreloaded() {
+        // As glibc lists LD_PRELOAD=/tmp/hook.so, which needs librt: the preload right after the
+        // vDSO, its own dependency after the program's.
+        let hook: Object = ("/tmp/hook.so", "", ["librt.so.1", "libc.so.6"])
+        let librt: Object = ("/lib/x86_64-linux-gnu/librt.so.1", "librt.so.1", ["libc.so.6"])
+        let arrival = ObjectArrival([Self.program, Self.vdso, hook, Self.libm, Self.libc, Self.loader, librt])
+        #expect(arrival.preloaded == [2])
+        #expect(arrival.loadedAtRunTime.isEmpty)
+    }
+
+    @Test func whatFollowsTheStartUpObjectsWasLoadedAtRunTime() {
+        // Python's extension modules and their own dependencies, and this library through ctypes.
+        let json: Object = ("/usr/lib/python3.11/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so", "", ["libc.so.6"])
+        let ctypes: Object = ("/usr/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so", "", ["libffi.so.8"])
+        let ffi: Object = ("/lib/x86_64-linux-gnu/libffi.so.8", "libffi.so.8", ["libc.so.6"])
+        let arrival = ObjectArrival([Self.program, Self.vdso, Self.libm, Self.libc, Self.loader, json, ctypes, ffi])
+        #expect(arrival.preloaded.isEmpty)
+        #expect(arrival.loadedAtRunTime == [5, 6, 7])
+    }
+
+    @Test func aPreloadAndRunTimeObjectsAreToldApart() {
+        let hook: Object = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "libfaketime.so.1", ["libc.so.6"])
+        let plugin: Object = ("/opt/app/lib/plugins/libcodec.so", "libcodec.so", ["libm.so.6"])
+        let arrival = ObjectArrival([Self.program, Self.vdso, hook, Self.libm, Self.libc, Self.loader, plugin])
+        #expect(arrival.preloaded == [2])
+        #expect(arrival.loadedAtRunTime == [6])
+    }
+
+    @Test func aRunTimeObjectThatNeedsAStartUpObjectDoesNotMoveTheBoundary() {
+        // A plugin needing libm: libm was loaded at start-up, and stays there in the list.
+        let plugin: Object = ("/tmp/_MEI12345/libplugin.so", "", ["libm.so.6"])
+        let arrival = ObjectArrival([Self.program, Self.vdso, Self.libm, Self.libc, Self.loader, plugin])
+        #expect(arrival.loadedAtRunTime == [5])
+        #expect(arrival.preloaded.isEmpty)
+    }
+
+    @Test func anEmptyListHasNothingToTell() {
+        let arrival = ObjectArrival([])
+        #expect(arrival.preloaded.isEmpty && arrival.loadedAtRunTime.isEmpty)
+    }
+
+    @Test(arguments: [
+        ("/usr/lib/python3.11/lib-dynload/_json.so", ObjectPlace.system),
+        ("/lib/x86_64-linux-gnu/security/pam_unix.so", .system),
+        ("/usr/local/lib/libplugin.so", .system),
+        ("/opt/app/lib/plugins/libcodec.so", .program),
+        ("/tmp/_MEI12345/libpython3.11.so.1.0", .temporary),
+        ("/dev/shm/x.so", .temporary),
+        ("/usr/lib/../../tmp/hook.so", .temporary),
+        ("/memfd:payload (deleted)", .memory),
+        ("/proc/self/fd/7", .memory),
+        ("/gone/libold.so", .deleted),
+        ("/home/alice/.venv/lib/python3.11/site-packages/_cffi_backend.so", .other),
+    ])
+    func aRunTimeObjectsPlace(_ path: String, _ place: ObjectPlace) {
+        #expect(ObjectPlace.of(path, programPath: "/opt/app/bin/app") { !$0.hasPrefix("/gone/") } == place)
+    }
+
+    @Test func aProgramAtTheTopHasNoTreeOfItsOwn() {
+        #expect(ObjectPlace.installationTree(of: "/app") == nil)
+        #expect(ObjectPlace.installationTree(of: "/usr/bin/python3") == "/usr")
+        #expect(ObjectPlace.installationTree(of: "/opt/tool/tool") == "/opt/tool")
+    }
+
+    /// This test process opens a library itself: an object loaded at run time, never preloaded.
+    @Test func aLibraryThisProcessOpensIsReportedAsLoadedAtRunTime() throws {
+        let candidates = ["libz.so.1", "libbz2.so.1.0", "liblzma.so.5", "libexpat.so.1", "libffi.so.8"]
+        let name = try #require(candidates.first { name in
+            dlopen(name, RTLD_NOW | RTLD_NOLOAD) == nil && FileManager.default.fileExists(atPath: "/lib/x86_64-linux-gnu/" + name)
+        }, "one of \(candidates) is installed and not yet loaded")
+        let handle = try #require(dlopen("/lib/x86_64-linux-gnu/" + name, RTLD_NOW))
+        defer { dlclose(handle) }
+        let loaded = LoadedObjectsProbe.loadedObjects()
+        let arrival = loaded.arrival
+        let index = try #require(loaded.objects.firstIndex { $0.path.hasSuffix("/" + name) })
+        #expect(arrival.loadedAtRunTime.contains(index))
+        if ProcessInfo.processInfo.environment["LD_PRELOAD"] == nil {
+            #expect(arrival.preloaded.isEmpty, "\(arrival.preloaded.map { loaded.objects[$0].path })")
+        }
+    }
+}
