@@ -25,7 +25,7 @@ extension PolicyLoader {
 
 extension VerdictEngine {
     package init(policy: Policy, catalogue: ProbeCatalogue) {
-        self.init(policy: policy, signalOwners: catalogue.signalOwners)
+        self.init(policy: policy, signalOwners: catalogue.signalOwners, probeTiers: catalogue.probeTiers)
     }
 }
 

@@ -54,11 +54,13 @@ public struct Reason: Sendable, Codable, Hashable {
     }
 }
 
-/// Evidence a verdict could not see because a probe failed, said rather than hidden.
+/// Evidence a verdict could not see because a probe failed or its tier did not run, said rather
+/// than hidden.
 public struct MissingEvidence: Sendable, Codable, Hashable {
     /// The id of the probe whose evidence is missing.
     public let probe: String
-    /// How that probe, or the source it could not read, ended.
+    /// How that probe, or the source it could not read, ended; `skipped` when the probe's tier
+    /// was not among the tiers run.
     public let status: ProbeStatus
     /// What could not be seen, for people.
     public let message: String

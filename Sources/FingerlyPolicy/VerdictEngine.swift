@@ -21,10 +21,12 @@ package struct VerdictEngine {
     package let owners: [String: String]
     private let compiled: CompiledPolicy
 
-    package init(policy: Policy, signalOwners: [String: String]) {
+    /// `probeTiers` names the tier of every probe in `signalOwners`: a probe absent from a report
+    /// whose tiers leave out its tier did not run, and a verdict that reads it says so.
+    package init(policy: Policy, signalOwners: [String: String], probeTiers: [String: Tier]) {
         self.policy = policy
         owners = signalOwners
-        compiled = CompiledPolicy(policy, owners: signalOwners)
+        compiled = CompiledPolicy(policy, owners: signalOwners, tiers: probeTiers)
     }
 
     package func evaluate(_ report: SignalReport) -> [VerdictName: Verdict] {
@@ -68,7 +70,19 @@ package struct VerdictEngine {
 
             var missing: [MissingEvidence] = []
             for slot in verdict.evidenceProbeSlots {
-                guard let position = probes[slot] else { continue }
+                guard let position = probes[slot] else {
+                    // A probe can also be absent because the caller asked for only some probes
+                    // (checkIntegrity) or, in a submitted report, for no reason given: only a tier
+                    // the report says it left out tells that the evidence was never looked at.
+                    if let tier = compiled.probeTiers[slot], !report.tiers.contains(tier) {
+                        let probe = compiled.probeIds[slot]
+                        let message = "probe '\(probe)' is in the \(tier.rawValue) tier, "
+                            + "which this run did not include; its evidence is missing"
+                        missing.append(MissingEvidence(probe: probe, status: .skipped, message: BoundedText.bounded(
+                            message, limit: Self.missingEvidenceMessageLimit)))
+                    }
+                    continue
+                }
                 let entry = report.probes[position]
                 let probe = entry.id
                 if entry.status.hidesEvidence {
@@ -214,9 +228,12 @@ private struct CompiledPolicy {
     let slots: [String: Int]
     /// Probe id -> slot, for every probe that owns one of those signals.
     let probeSlots: [String: Int]
+    /// Slot -> probe id, and slot -> the tier that probe runs in (nil when not known).
+    let probeIds: [String]
+    let probeTiers: [Tier?]
     let verdicts: [CompiledVerdict]
 
-    init(_ policy: Policy, owners: [String: String]) {
+    init(_ policy: Policy, owners: [String: String], tiers: [String: Tier]) {
         var slots: [String: Int] = [:]
         var probeSlots: [String: Int] = [:]
         func slot(_ name: String, in table: inout [String: Int]) -> Int {
@@ -246,5 +263,9 @@ private struct CompiledPolicy {
         }
         self.slots = slots
         self.probeSlots = probeSlots
+        var probeIds = [String](repeating: "", count: probeSlots.count)
+        for (probe, slot) in probeSlots { probeIds[slot] = probe }
+        self.probeIds = probeIds
+        probeTiers = probeIds.map { tiers[$0] }
     }
 }

@@ -72,4 +72,9 @@ package struct ProbeCatalogue: Sendable, Codable, Hashable {
         for probe in probes { for signal in probe.signals where owners[signal.name] == nil { owners[signal.name] = probe.id } }
         return owners
     }
+
+    /// Probe id -> the tier it runs in.
+    package var probeTiers: [String: Tier] {
+        Dictionary(probes.map { ($0.id, $0.tier) }, uniquingKeysWith: { first, _ in first })
+    }
 }

@@ -214,12 +214,14 @@ func loadPolicy(_ json: String) throws(PolicyError) -> Policy {
 }
 
 /// A report of one probe carrying these signals: what a policy judges, without collecting anything.
+/// It declares every tier, so the probes it leaves out are not said to be missing for a tier not run.
 func singleProbeReport(_ signals: [String: SignalValue], status: ProbeStatus = .ok, probe: String = "test",
-                       detail: String? = nil) -> SignalReport {
-    SignalReport(schemaVersion: 1, collectorVersion: "t", collectedAt: Date(), tag: nil, root: "/", tiers: [.fast], budgetMs: 1,
-                 elapsedMs: 0, probes: [ProbeEntry(id: probe, tier: .fast, status: status, durationMs: 0, detail: detail,
-                                                   issues: [], signals: signals, identityComponents: [])],
-                 identity: .derive(from: [], hasher: IdentifierHasher(organization: "acme")))
+                       detail: String? = nil, tiers: [Tier] = Tier.allCases) -> SignalReport {
+    let entry = ProbeEntry(id: probe, tier: .fast, status: status, durationMs: 0, detail: detail, issues: [],
+                           signals: signals, identityComponents: [])
+    return SignalReport(schemaVersion: 1, collectorVersion: "t", collectedAt: Date(), tag: nil, root: "/", tiers: tiers,
+                        budgetMs: 1, elapsedMs: 0, probes: [entry],
+                        identity: .derive(from: [], hasher: IdentifierHasher(organization: "acme")))
 }
 
 /// The verdicts a policy gives these signals, from one probe that ended with `status`.

@@ -18,15 +18,23 @@ package struct CPUIDProbe: Probe {
     package func collect(into context: ProbeContext) throws(ProbeFailure) {
         let observation = context.host.isLiveHost ? try Self.liveObservation() : try Self.replayed(from: context.host)
         if let bit = observation.hypervisorBit { context.emit("cpu.hypervisor_bit", bit) }
-        if let vendor = observation.vendor.map(Self.normalised), !vendor.isEmpty {
+        var kind: String?
+        let vendor = observation.vendor.map(Self.normalised) ?? ""
+        if !vendor.isEmpty {
             context.emit("cpu.hypervisor_vendor", vendor)
             // Table keys keep the signature's own padding ("bhyve bhyve "), which the
             // normalised vendor has lost.
-            let kind = context.tables.mapping("cpuidHypervisorVendors")[vendor]
+            kind = context.tables.mapping("cpuidHypervisorVendors")[vendor]
                 ?? context.tables.mapping("cpuidHypervisorVendors").first { Self.normalised($0.key) == vendor }?.value
             if let kind {
                 context.emit("cpu.hypervisor_kind", kind)
             }
+        }
+        // A Xen dom0 is a host, yet it sees Xen's vendor leaf and the hypervisor bit as a guest
+        // does; under any other vendor, or none, the bit means a guest. Said whenever CPUID was
+        // read, so the fast tier can judge the bit without the deferred tier's dom0 test.
+        if observation.hypervisorBit != nil || !vendor.isEmpty {
+            context.emit("cpu.hypervisor_vendor_is_xen", kind == "xen")
         }
     }
 
