@@ -84,6 +84,8 @@ import Testing
         "inline_hook": (.tampering, ["integrity.inline_hooks": .strings(["open in /lib/libc.so.6: jmp rel32 trampoline"])], nil),
         "libc_view_mismatch": (.tampering, ["integrity.view_mismatches": .strings(["/proc/self/maps hides /tmp/libhook.so"])], nil),
         "object_mapped_without_loader": (.tampering, ["loader.objects_mapped_without_loader": .strings(["/dev/shm/x.so"])], nil),
+        "clock_behind_files": (.tampering, ["provision.clock_behind_files":
+            .strings(["/etc/machine-id is dated 1431 day(s) after the clock"])], nil),
         "unexplained_object": (.tampering, ["loader.unexplained_objects": .strings(["/tmp/libhook.so"])], nil),
         "ci_environment": (.automation, ["automation.ci_markers": .strings(["GITHUB_ACTIONS (GitHub Actions)"])], "ci"),
         "xvfb_run": (.automation, ["automation.xvfb_run": .bool(true), "automation.display": .string(":99")], "virtual-display"),
