@@ -84,7 +84,8 @@ package enum FingerlyIdentify {
           The debugger, tampering, instrumentation and automation verdicts alone, from only the
           probes they need (fast tier by default), as an application checks before a sensitive
           action. Nothing is sent. --repeat N runs the check N more times in this process and
-          prints the per-call cost on stderr.
+          prints the per-call cost on stderr. --fail-on takes only these four verdicts: a gate on
+          one integrity does not compute could never fire, so it is a usage error (exit 64).
 
         CONSENT, FLUSH, RESET:
           consent STATE            Persist granted, pending or denied for this host's state directory

@@ -111,12 +111,20 @@ struct IdentifyCommand {
         return tiers
     }
 
-    static func parseFailOn(_ specs: [String]) throws(UsageError) -> [FailOn] {
+    /// `computed` lists the verdicts `command` decides: a gate on any other could never fire, so it
+    /// is refused rather than left to pass every time.
+    static func parseFailOn(_ specs: [String], computed: [VerdictName] = VerdictName.allCases,
+                            by command: String = "fingerly-identify") throws(UsageError) -> [FailOn] {
+        let computedNames = computed.map(\.rawValue).joined(separator: ", ")
         var rules: [FailOn] = []
         for spec in specs {
             let parts = spec.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
             guard parts.count <= 2, let verdict = VerdictName(rawValue: parts[0]) else {
-                throw UsageError("--fail-on: '\(spec)' is not VERDICT[:CONFIDENCE]; verdicts are \(VerdictName.allCases.map(\.rawValue).joined(separator: ", "))")
+                throw UsageError("--fail-on: '\(spec)' is not VERDICT[:CONFIDENCE]; verdicts are \(computedNames)")
+            }
+            guard computed.contains(verdict) else {
+                throw UsageError("--fail-on: \(command) does not compute '\(verdict.rawValue)', so that gate could "
+                                 + "never fire; it computes \(computedNames)")
             }
             let confidence = parts.count == 2 ? Confidence(rawValue: parts[1]) : .low
             guard let confidence else { throw UsageError("--fail-on: confidence '\(parts[1])' must be low, medium or high") }

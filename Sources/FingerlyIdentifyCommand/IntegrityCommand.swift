@@ -28,7 +28,8 @@ struct IntegrityCommand {
         if let names = arguments.list("tiers") { tiers = try IdentifyCommand.parseTiers(names) }
         repeatCount = try arguments.integer("repeat", in: 1...100_000)
         if let value = try arguments.integer("concurrency", in: 1...64) { concurrency = value }
-        failOn = try IdentifyCommand.parseFailOn(arguments.list("fail-on") ?? [])
+        failOn = try IdentifyCommand.parseFailOn(arguments.list("fail-on") ?? [],
+                                                 computed: IntegrityResult.verdictNames, by: "integrity")
         if let extra = arguments.positionals.first { throw UsageError("unexpected argument '\(extra)'") }
     }
 

@@ -101,6 +101,8 @@ import Testing
         // A place is a clue only beside stronger evidence.
         "runtime_object_in_unusual_place": (.tampering, ["loader.runtime_objects_in_unusual_places": .strings(["temporary: /tmp/x.so"]),
                                                          "integrity.inline_hooks": .strings(["open in /lib/libc.so.6: short jmp"])], nil),
+        "clock_behind_files": (.tampering, ["provision.clock_behind_files":
+            .strings(["/etc/machine-id is dated 1431 day(s) after the clock"])], nil),
         "ci_environment": (.automation, ["automation.ci_markers": .strings(["GITHUB_ACTIONS (GitHub Actions)"])], "ci"),
         "xvfb_run": (.automation, ["automation.xvfb_run": .bool(true), "automation.display": .string(":99")], "virtual-display"),
         "virtual_display_process": (.automation, ["automation.virtual_display_processes": .strings(["Xvfb (pid 12)"])], "virtual-display"),

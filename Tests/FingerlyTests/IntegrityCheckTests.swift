@@ -38,6 +38,33 @@ import Testing
         #expect(try runCLI(["integrity", "--repeat", "0"]).status == 64)
     }
 
+    /// A gate on a verdict `integrity` never computes could never fire: it is refused, naming
+    /// the four it does compute, and those four are taken.
+    @Test func integrityFailOnTakesOnlyTheVerdictsItComputes() throws {
+        let computed = "debugger, tampering, instrumentation, automation"
+        #expect(IntegrityResult.verdictNames.map(\.rawValue).joined(separator: ", ") == computed)
+        for verdict in VerdictName.allCases {
+            let run = try runCLI(["integrity", "--fail-on", "\(verdict.rawValue):high"])
+            if IntegrityResult.verdictNames.contains(verdict) {
+                #expect(run.status == 0 || run.status == 3, "\(verdict.rawValue): \(run.standardError)")
+                #expect(!run.standardError.contains("--fail-on:") || run.standardError.contains("--fail-on matched"))
+            } else {
+                #expect(run.status == 64, "\(verdict.rawValue) was accepted: \(run.status)")
+                #expect(run.standardError.contains("integrity does not compute '\(verdict.rawValue)'"),
+                        "\(run.standardError)")
+                #expect(run.standardError.contains("it computes \(computed)"), "\(run.standardError)")
+                #expect(run.standardOutput.isEmpty)
+            }
+        }
+        // One verdict it cannot compute spoils a list of good ones.
+        #expect(try runCLI(["integrity", "--fail-on", "debugger,tampering:medium,farm"]).status == 64)
+        let unknown = try runCLI(["integrity", "--fail-on", "psychic"])
+        #expect(unknown.status == 64)
+        #expect(unknown.standardError.contains("verdicts are \(computed)"), "\(unknown.standardError)")
+        // The main command computes them all and takes them all.
+        #expect(try runCLI(["--no-submit", "--tiers", "fast", "--fail-on", "container:high"]).status != 64)
+    }
+
     @Test(.enabled(if: IntegrityScenarioTests.installed("gcc"), "gcc is not installed"))
     func integrityCommandGatesOnFailOn() throws {
         let library = try IntegrityScenarioTests.buildHook("open")

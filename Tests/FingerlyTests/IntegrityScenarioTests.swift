@@ -143,6 +143,34 @@ import Testing
         #expect(tampering.messages.contains { $0.contains("/proc/self/maps hides") && $0.contains(library) })
     }
 
+    /// libfaketime sets this process's clock back before the host's own files: that is evidence
+    /// about the clock, not a fresh install. Its preload is tampering of its own (`ld_preload`),
+    /// so the clock's reason is looked for by name.
+    @Test(.enabled(if: installed("faketime"), "faketime is not installed"))
+    func aClockSetBackIsTamperingNotAFreshInstall() throws {
+        let setBackTo = Date(timeIntervalSince1970: 1_577_836_800)  // 2020-01-01, faketime's argument below
+        let filesAfterIt = ["/etc/machine-id", "/var/log/dpkg.log"].filter { path in
+            ((try? FileManager.default.attributesOfItem(atPath: path)[.modificationDate]) as? Date)
+                .map { $0.timeIntervalSince(setBackTo) > 2 * 86_400 } ?? false
+        }
+        try #require(!filesAfterIt.isEmpty, "no file of this host is dated after 2020-01-01 for the clock to be behind")
+        var environment = ProcessInfo.processInfo.environment
+        environment["STATE_DIRECTORY"] = TestPaths.stateDirectory
+        let output = try runProcess("/usr/bin/faketime", ["2020-01-01", TestPaths.cli] + Self.run, environment: environment)
+        let result = try output.identifyResultLine()
+
+        let tampering = result.verdicts[.tampering]
+        #expect(tampering.value && tampering.codes.contains("ld_preload"), "\(tampering.codes)")
+        let clock = try #require(tampering.reasons.first { $0.code == "clock_behind_files" }, "\(tampering.codes)")
+        #expect(clock.confidence == .medium)
+        #expect(filesAfterIt.contains { clock.message.contains($0) } && clock.message.contains("day(s) after the clock"),
+                "\(clock.message)")
+        let farm = result.verdicts[.farm]
+        #expect(!farm.codes.contains { $0.hasPrefix("fresh_") }, "\(farm.messages)")
+        let provisioning = try result.probe("provisioning")
+        #expect(!provisioning.signals.keys.contains { $0.hasSuffix("_age_days") }, "\(provisioning.signals)")
+    }
+
     @Test(.enabled(if: installed("valgrind"), "valgrind is not installed"))
     func valgrindIsInstrumentation() throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.releaseCLI),

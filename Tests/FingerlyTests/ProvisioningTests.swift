@@ -57,6 +57,38 @@ import Testing
         #expect(farm.reasons.map(\.code) == ["machine_id_shared_value", "cloud_init_instance"])
     }
 
+    /// Files dated 400 days after "now": what a clock set back (or faked) reads.
+    @Test func aClockBehindTheFilesIsTamperingNotAFreshInstall() async throws {
+        let result = try await identify(root: try installation(ageDays: -400))
+        for name in ["provision.machine_id_age_days", "provision.ssh_host_key_age_days",
+                     "provision.package_log_age_days"] {
+            #expect(result.signals[name] == nil, "\(name) is measured against a clock shown wrong")
+        }
+        #expect(result.signals["provision.clock_behind_files"] == .strings([
+            "/etc/machine-id is dated 400 day(s) after the clock",
+            "/etc/ssh/ssh_host_ed25519_key.pub is dated 400 day(s) after the clock",
+            "the first entry of /var/log/dpkg.log is dated 400 day(s) after the clock",
+        ]))
+        let farm = result.verdicts[.farm]
+        #expect(!farm.value && farm.reasons.isEmpty, "\(farm.reasons)")
+        let tampering = result.verdicts[.tampering]
+        #expect(tampering.value && tampering.confidence == .medium)
+        #expect(tampering.reasons.map(\.code) == ["clock_behind_files"])
+        let message = try #require(tampering.reasons.first?.message)
+        #expect(message.contains("/etc/machine-id is dated 400 day(s) after the clock"), "\(message)")
+    }
+
+    /// Six hours ahead is skew (a local-time clock read as UTC), not a clock set back.
+    @Test func filesLessThanADayAheadAreSkewAndFresh() async throws {
+        let result = try await identify(root: try installation(ageDays: -0.25))
+        #expect(result.signals["provision.clock_behind_files"] == .strings([]))
+        #expect(result.signals["provision.machine_id_age_days"] == .int(0))
+        #expect(result.signals["provision.ssh_host_key_age_days"] == .int(0))
+        #expect(!result.verdicts[.tampering].value)
+        let farm = result.verdicts[.farm]
+        #expect(farm.reasons.map(\.code) == ["fresh_machine_id", "fresh_ssh_host_keys", "fresh_package_log"])
+    }
+
     @Test func aMachineIdMadeFromTheFirmwareUUIDIsSaid() async throws {
         let root = try installation(ageDays: 400, machineId: "5e2c8f412d7a11b2a85cc4e1f39a7b62")
         try DeviceFixtures.write("5E2C8F41-2D7A-11B2-A85C-C4E1F39A7B62\n", to: root + "/sys/class/dmi/id/product_uuid")

@@ -18,7 +18,7 @@ enum TestPaths {
     static func fixture(_ name: String) -> String { packageRoot + "/Tests/Fixtures/hosts/" + name }
 
     static let hostFixtures = ["laptop-baremetal", "kvm-qemu", "vmware", "virtualbox", "hyperv", "firecracker",
-                               "docker", "podman", "wsl2", "malformed"]
+                               "docker", "podman", "wsl2", "runit-baremetal", "malformed"]
 
     /// The CLI as `swift build` left it.
     static let cli: String = packageRoot + "/.build/debug/fingerly-identify"

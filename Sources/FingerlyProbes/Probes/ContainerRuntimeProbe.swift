@@ -22,12 +22,12 @@ package struct ContainerRuntimeProbe: Probe {
         }
 
         var cgroupKinds: [String] = []
-        var cgroupNamespace: Bool?
+        var readOwnCgroup = false
         for path in ["/proc/self/cgroup", "/proc/1/cgroup"] {
             guard let cgroups = text(path) else { continue }
-            // In a cgroup namespace a process sees its own cgroup as the root: "0::/" for a
-            // process that is not init is what a private cgroup namespace looks like.
-            if path == "/proc/self/cgroup" { cgroupNamespace = cgroups.trimmingWhitespace() == "0::/" }
+            // "0::/" alone proves nothing: without systemd (runit, OpenRC, busybox init) every
+            // process of a bare-metal host stays in the root cgroup and reads exactly that.
+            if path == "/proc/self/cgroup" { readOwnCgroup = true }
             for row in tables.patterns("cgroupMarkers") where cgroups.contains(row.pattern) && !cgroupKinds.contains(row.kind) {
                 cgroupKinds.append(row.kind)
             }
@@ -39,8 +39,7 @@ package struct ContainerRuntimeProbe: Probe {
         let nestedV2 = host.exists("/sys/fs/cgroup/cgroup.events")
             && (host.exists("/sys/fs/cgroup/cgroup.type") || !host.exists("/sys/kernel/cgroup/features"))
         let nestedV1 = !nestedV2 && host.exists("/sys/fs/cgroup/systemd") && !host.exists("/sys/fs/cgroup/systemd/release_agent")
-        if nestedV2 || nestedV1 { cgroupNamespace = true }
-        if let cgroupNamespace { context.emit("container.cgroup_namespace", cgroupNamespace) }
+        if readOwnCgroup || nestedV2 || nestedV1 { context.emit("container.cgroup_namespace", nestedV2 || nestedV1) }
 
         if let mountinfo = text("/proc/self/mountinfo"), let root = FilesystemIdentityProbe.rootMount(in: mountinfo) {
             context.emit("container.overlay_root", ["overlay", "fuse-overlayfs", "aufs"].contains(root.type))
