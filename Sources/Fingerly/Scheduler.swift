@@ -34,6 +34,8 @@ struct Scheduler: Sendable {
     /// The longest single wait on the semaphore. Deadlines are rechecked after each wake-up, so a
     /// cap only costs an extra loop on absurd schedules, and keeps the microsecond count an Int.
     static let longestWaitMs = 60_000.0
+    /// How many of its slowest turns the coordinator keeps back from the budget to finish in.
+    static let reservedTurns = 4.0
 
     /// - Parameter startedAt: when the caller's budget began (monotonic ms); defaults to now.
     func run(_ jobs: [ScheduledProbe], in environment: ProbeEnvironment, startedAt: Double = monotonicMilliseconds()) -> [ProbeEntry] {
@@ -48,8 +50,15 @@ struct Scheduler: Sendable {
         var allowances: [Int: ReadAllowance] = [:]
         var entries: [Int: ProbeEntry] = [:]
 
+        // What finishing costs this coordinator: after the last probe it still builds the entries,
+        // and the caller the report. Under a tracer that stops every library call (ltrace) one turn
+        // of this loop took 150 ms, so the run keeps back a few of its slowest turns, up to half
+        // the budget, and ends that much early. Natively a turn is tens of microseconds.
+        var reserveMs = 0.0
+        var runDeadline: Double { budgetDeadline - reserveMs }
+
         while true {
-            while running.count < max(1, concurrency), let index = pending.first, monotonicMilliseconds() < budgetDeadline {
+            while running.count < max(1, concurrency), let index = pending.first, monotonicMilliseconds() < runDeadline {
                 pending.removeFirst()
                 let job = jobs[index]
                 let startedAt = monotonicMilliseconds()
@@ -69,9 +78,11 @@ struct Scheduler: Sendable {
             }
             if running.isEmpty && pending.isEmpty { break }
 
-            let nextDeadline = running.values.map(\.deadline).min().map { min($0, budgetDeadline) } ?? budgetDeadline
+            let nextDeadline = running.values.map(\.deadline).min().map { min($0, runDeadline) } ?? runDeadline
             let waitMs = min(max(0, nextDeadline - monotonicMilliseconds()), Self.longestWaitMs)
+            let wakeAt = monotonicMilliseconds() + waitMs
             _ = wakeUp.wait(timeout: .now() + .microseconds(Int(waitMs * 1000)))
+            let woke = monotonicMilliseconds()
 
             let arrived: [Int: ProbeEntry] = finished.withLock { done in
                 let taken = done
@@ -83,22 +94,26 @@ struct Scheduler: Sendable {
                 if running.removeValue(forKey: index) != nil { entries[index] = entry }
             }
             let now = monotonicMilliseconds()
+            // A late wake-up counts too: this thread could not run when it asked to.
+            let turnMs = now - woke + max(0, woke - wakeAt)
+            reserveMs = min(Double(budgetMs) / 2, max(reserveMs, Self.reservedTurns * turnMs))
             for (index, slot) in running where slot.deadline <= now {
                 running[index] = nil
                 allowances[index]?.abandon()
                 entries[index] = jobs[index].entry(.timeout, durationMs: now - slot.startedAt,
                                                    detail: "exceeded its \(jobs[index].timeoutMs) ms timeout and was abandoned")
             }
-            if now >= budgetDeadline {
+            if now >= runDeadline {
+                let why = reserveMs < 1 ? "the \(budgetMs) ms budget ran out"
+                    : "the \(budgetMs) ms budget ran out (\(Int(reserveMs)) ms of it kept to finish: this process runs slowly)"
+                let stillRunning = "still running when \(why); abandoned", notStarted = "not started: \(why)"
                 for (index, slot) in running {
                     allowances[index]?.abandon()
-                    entries[index] = jobs[index].entry(.timeout, durationMs: now - slot.startedAt,
-                                                       detail: "still running when the \(budgetMs) ms budget ran out; abandoned")
+                    entries[index] = jobs[index].entry(.timeout, durationMs: now - slot.startedAt, detail: stillRunning)
                 }
                 for index in pending {
                     // timeout, not skipped: its evidence is missing and the verdicts must say so.
-                    entries[index] = jobs[index].entry(.timeout, durationMs: 0,
-                                                       detail: "not started: the \(budgetMs) ms budget ran out")
+                    entries[index] = jobs[index].entry(.timeout, durationMs: 0, detail: notStarted)
                 }
                 break
             }
