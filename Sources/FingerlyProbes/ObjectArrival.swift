@@ -38,9 +38,18 @@ package struct ObjectArrival: Sendable, Hashable {
             return
         }
         let infrastructure = objects.indices.filter { Self.isLoaderInfrastructure(objects[$0].path) }
-        let startUp = closure(from: [program] + infrastructure)
-        let lastStartUp = startUp.max() ?? program
-        let unasked = (program...lastStartUp).filter { !startUp.contains($0) }
+        let asked = closure(from: [program] + infrastructure)
+        // What a preload needs is loaded at start-up too, and may be listed after the program's
+        // last dependency: grow the start-up range until it holds the closure of all it holds.
+        var lastStartUp = asked.max() ?? program
+        var startUp = asked
+        while true {
+            let unasked = (program...lastStartUp).filter { !asked.contains($0) }
+            startUp = asked.union(closure(from: unasked))
+            guard let last = startUp.max(), last > lastStartUp else { break }
+            lastStartUp = last
+        }
+        let unasked = (program...lastStartUp).filter { !asked.contains($0) }
         // A preload's own dependencies are loaded with it; only what nothing asked for is named.
         let broughtAlong = closure(from: unasked.flatMap { index in
             objects[index].needed.flatMap { byName[$0] ?? [] }

@@ -207,7 +207,8 @@ struct BlockedProbe: Probe {
         guard case .int(let used)? = signals["collector.budget_used_percent"] else {
             Issue.record("no collector.budget_used_percent"); return
         }
-        #expect(used >= 100)
+        // The coordinator keeps a few of its turns back to finish in, so it may end a little early.
+        #expect(used >= 90)
         // Starvation is what a busy machine does too: no verdict, but no clean one either. Every
         // verdict says its evidence is missing, at low confidence.
         for name in VerdictName.allCases {
