@@ -54,6 +54,15 @@ package enum SymbolOrigin: Sendable, Hashable {
     case interposed(by: String)
 }
 
+/// A GOT slot that sends a watched symbol's calls away from its library (fingerly_redirected_slots).
+package struct RedirectedSlot: Sendable, Hashable {
+    package let symbol: String
+    /// The object whose GOT holds the slot; "[main]" for the program.
+    package let object: String
+    /// The object the slot points into; empty for memory no object was loaded from.
+    package let target: String
+}
+
 /// What code new to this thread cost against a loop run before it, in CPU time of this thread.
 package struct CodeCost: Sendable, Hashable {
     package let freshCodeCPUNanoseconds: Int64
@@ -100,6 +109,32 @@ package enum ProcessIntegrity {
         }
         guard failure == 0 else { throw SystemError(failure) }
         return bytes
+    }
+
+    /// Redirected slots reported at most; more are counted.
+    package static let redirectedSlotLimit = 16
+
+    /// The GOT slots of every loaded object that send one of `symbols` somewhere else than the
+    /// object itself, `library` or a global lookup's answer; nil when `library` is not loaded or
+    /// this architecture's relocations are not read. `found` counts past the limit.
+    package static func redirectedSlots(of symbols: [String], in library: String) -> (slots: [RedirectedSlot], found: Int)? {
+        var found = 0
+        let slots = [fingerly_redirected_slot](unsafeUninitializedCapacity: redirectedSlotLimit) { buffer, written in
+            let count = fingerly_redirected_slots(symbols.joined(separator: "\n"), library, buffer.baseAddress, buffer.count)
+            found = Int(count)
+            written = count > 0 ? min(Int(count), buffer.count) : 0
+        }
+        guard found >= 0 else { return nil }
+        let redirected = slots.withUnsafeBufferPointer { entries in
+            entries.indices.map { index in
+                let slot = entries.baseAddress! + index
+                let object = text { fingerly_redirected_slot_object(slot, $0) }
+                return RedirectedSlot(symbol: text { fingerly_redirected_slot_symbol(slot, $0) },
+                                      object: object.isEmpty ? "[main]" : object,
+                                      target: text { fingerly_redirected_slot_target(slot, $0) })
+            }
+        }
+        return (redirected, found)
     }
 
     /// Runs the fresh-code and reference workloads in the calling thread (fingerly_measure_code_cost);

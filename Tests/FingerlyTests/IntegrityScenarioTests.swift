@@ -185,6 +185,30 @@ import Testing
         #expect(instrumentation.codes.contains("valgrind_mapped"))
     }
 
+    /// A run-time object that rewrites the program's GOT slot for getenv: libc's code and every
+    /// global lookup are untouched, so only the slot itself tells. The same host without it is clean.
+    @Test(.enabled(if: installed("gcc"), "gcc is not installed"))
+    func aGOTSlotRewrittenByALoadedObjectIsTampering() throws {
+        let host = try InstalledLibrary.compile(try String(contentsOfFile: TestPaths.packageRoot + "/Tests/Fixtures/hooks/got-host.c",
+                                                           encoding: .utf8), name: "got-host", extraFlags: "-ldl")
+        let directory = try TestPaths.temporaryDirectory("got-patch")
+        let patch = directory + "/libgotpatch.so"
+        let build = try runProcess("/usr/bin/gcc", ["-shared", "-fPIC", "-O1", "-o", patch,
+                                                    TestPaths.packageRoot + "/Tests/Fixtures/hooks/got-patch.c"])
+        try #require(build.status == 0, "gcc: \(build.standardError)")
+        func tampering(_ arguments: [String]) throws -> Verdict {
+            let run = try runProcess(host, arguments, environment: try InstalledLibrary.environment())
+            try #require(run.status == 0, "\(run.standardError)")
+            return try run.decoded(IntegrityResult.self).tampering
+        }
+        let clean = try tampering([])
+        #expect(!clean.value, "\(clean.reasons)")
+        let patched = try tampering([patch])
+        #expect(patched.value && patched.confidence == .high, "\(patched.reasons)")
+        let slot = try #require(patched.reasons.first { $0.code == "redirected_got_slot" }, "\(patched.reasons)")
+        #expect(slot.message.contains("getenv in the GOT of [main] -> \(patch)"), "\(slot.message)")
+    }
+
     #if arch(x86_64)
     static let isX86_64 = true
     #else

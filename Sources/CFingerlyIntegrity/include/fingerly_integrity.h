@@ -107,4 +107,25 @@ typedef struct {
 /// or -1 when a clock cannot be read.
 int fingerly_measure_code_cost(uint64_t seed, fingerly_code_cost *cost);
 
+/// A GOT slot of a loaded object for a watched symbol that sends calls somewhere else than the
+/// object itself (a lazy slot not yet bound), the library that defines the symbol, or wherever
+/// a global lookup of the symbol lands (an interposer, which fingerly_symbol_origin names).
+typedef struct {
+    char symbol[FINGERLY_OBJECT_NAME_SIZE];
+    /// The object whose GOT holds the slot ("" for the main program: the caller names it).
+    char object[FINGERLY_OBJECT_PATH_SIZE];
+    /// The object the slot points into; "" for memory no object was loaded from.
+    char target[FINGERLY_OBJECT_PATH_SIZE];
+} fingerly_redirected_slot;
+
+/// Walks the PLT and GLOB_DAT relocations of every loaded object (x86-64 and AArch64) for the
+/// newline-separated `symbols`, which `library` (a soname, already loaded) defines. Writes up to
+/// `capacity` redirected slots and returns how many were found (possibly more than written), or
+/// -1 when the library is not loaded, -2 on an architecture whose relocations are not read.
+long fingerly_redirected_slots(const char *symbols, const char *library, fingerly_redirected_slot *slots,
+                               size_t capacity);
+size_t fingerly_redirected_slot_symbol(const fingerly_redirected_slot *slot, const char **text);
+size_t fingerly_redirected_slot_object(const fingerly_redirected_slot *slot, const char **text);
+size_t fingerly_redirected_slot_target(const fingerly_redirected_slot *slot, const char **text);
+
 #endif
