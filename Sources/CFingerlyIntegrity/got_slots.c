@@ -17,23 +17,57 @@
 #endif
 
 /// A loader's relocation table is as large as its object; past this the object is not read.
-enum { FINGERLY_RELOCATION_LIMIT = 1 << 20, FINGERLY_WATCHED_LIMIT = 64 };
+enum { FINGERLY_RELOCATION_LIMIT = 1 << 20, FINGERLY_WATCHED_LIMIT = 64, FINGERLY_OBJECT_LIMIT = 1024 };
+
+/// The addresses one loaded object's segments span. Telling objects apart by range, not with
+/// dladdr: dladdr scans the object's symbol table, a millisecond for a large program.
+struct object_range {
+    uintptr_t start, end;
+};
 
 struct slot_search {
     const char *names[FINGERLY_WATCHED_LIMIT];
     size_t name_lengths[FINGERLY_WATCHED_LIMIT];
-    /// Where a global lookup of each name lands, and the object it lands in.
-    const void *global_base[FINGERLY_WATCHED_LIMIT];
+    /// The object a global lookup of each name lands in.
+    uintptr_t global_object[FINGERLY_WATCHED_LIMIT];
     size_t name_count;
-    const void *library_base;
+    /// The watched names by their first byte, one bit each: most relocations name none of them,
+    /// and this turns them away with one load instead of a comparison per name.
+    uint64_t by_first_byte[256];
+    uintptr_t library_object;
+    struct object_range ranges[FINGERLY_OBJECT_LIMIT];
+    size_t range_count;
     fingerly_redirected_slot *slots;
     size_t capacity;
     long found;
 };
 
-static const void *object_base(const void *address) {
-    Dl_info info;
-    return address && dladdr(address, &info) ? info.dli_fbase : NULL;
+static struct object_range range_of_object(const struct dl_phdr_info *info) {
+    struct object_range range = {UINTPTR_MAX, 0};
+    for (int index = 0; index < info->dlpi_phnum; index++) {
+        const ElfW(Phdr) *segment = &info->dlpi_phdr[index];
+        if (segment->p_type != PT_LOAD) continue;
+        uintptr_t start = info->dlpi_addr + segment->p_vaddr;
+        if (start < range.start) range.start = start;
+        if (start + segment->p_memsz > range.end) range.end = start + segment->p_memsz;
+    }
+    return range;
+}
+
+static int collect_range(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct slot_search *search = data;
+    if (search->range_count < FINGERLY_OBJECT_LIMIT) search->ranges[search->range_count++] = range_of_object(info);
+    return 0;
+}
+
+/// The start of the object whose segments hold `address`; 0 for memory no object was loaded from.
+static uintptr_t object_of(const struct slot_search *search, const void *address) {
+    uintptr_t at = (uintptr_t)address;
+    for (size_t index = 0; index < search->range_count; index++) {
+        if (at >= search->ranges[index].start && at < search->ranges[index].end) return search->ranges[index].start;
+    }
+    return 0;
 }
 
 static const void *absolute(ElfW(Addr) pointer, ElfW(Addr) base) {
@@ -42,7 +76,7 @@ static const void *absolute(ElfW(Addr) pointer, ElfW(Addr) base) {
 }
 
 #if defined(FINGERLY_JUMP_SLOT)
-static void check_relocations(struct slot_search *search, struct dl_phdr_info *info, const void *own_base,
+static void check_relocations(struct slot_search *search, struct dl_phdr_info *info, uintptr_t own_object,
                               const ElfW(Rela) *relocations, size_t bytes, const ElfW(Sym) *symbols, const char *strings) {
     size_t count = bytes / sizeof *relocations;
     if (!relocations || !symbols || !strings || count > FINGERLY_RELOCATION_LIMIT) return;
@@ -52,17 +86,21 @@ static void check_relocations(struct slot_search *search, struct dl_phdr_info *i
         size_t symbol = ELF64_R_SYM(relocations[index].r_info);
         if (symbol == 0) continue;
         const char *name = strings + symbols[symbol].st_name;
-        size_t watched = 0;
-        while (watched < search->name_count &&
-               !(strncmp(name, search->names[watched], search->name_lengths[watched]) == 0 &&
-                 name[search->name_lengths[watched]] == 0)) {
-            watched++;
+        uint64_t candidates = search->by_first_byte[(unsigned char)name[0]];
+        size_t watched = search->name_count;
+        for (; candidates; candidates &= candidates - 1) {
+            size_t index = (size_t)__builtin_ctzll(candidates);
+            if (strncmp(name, search->names[index], search->name_lengths[index]) == 0 &&
+                name[search->name_lengths[index]] == 0) {
+                watched = index;
+                break;
+            }
         }
         if (watched == search->name_count) continue;
         const void *target = *(const void *const *)(info->dlpi_addr + relocations[index].r_offset);
-        const void *target_base = object_base(target);
-        if (target_base && (target_base == own_base || target_base == search->library_base ||
-                            target_base == search->global_base[watched])) {
+        uintptr_t target_object = object_of(search, target);
+        if (target_object && (target_object == own_object || target_object == search->library_object ||
+                              target_object == search->global_object[watched])) {
             continue;
         }
         long position = search->found++;
@@ -89,7 +127,7 @@ static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
     }
     if (!dynamic) return 0;
     const ElfW(Rela) *plt = NULL, *data_relocations = NULL;
-    size_t plt_bytes = 0, data_bytes = 0;
+    size_t plt_bytes = 0, data_bytes = 0, relative_count = 0;
     ElfW(Sxword) plt_kind = DT_RELA;
     const ElfW(Sym) *symbols = NULL;
     const char *strings = NULL;
@@ -100,14 +138,21 @@ static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
         case DT_PLTREL: plt_kind = (ElfW(Sxword))entry->d_un.d_val; break;
         case DT_RELA: data_relocations = absolute(entry->d_un.d_ptr, info->dlpi_addr); break;
         case DT_RELASZ: data_bytes = entry->d_un.d_val; break;
+        case DT_RELACOUNT: relative_count = entry->d_un.d_val; break;
         case DT_SYMTAB: symbols = absolute(entry->d_un.d_ptr, info->dlpi_addr); break;
         case DT_STRTAB: strings = absolute(entry->d_un.d_ptr, info->dlpi_addr); break;
         default: break;
         }
     }
-    const void *own_base = object_base(dynamic);
-    if (plt_kind == DT_RELA) check_relocations(search, info, own_base, plt, plt_bytes, symbols, strings);
-    check_relocations(search, info, own_base, data_relocations, data_bytes, symbols, strings);
+    uintptr_t own_object = range_of_object(info).start;
+    if (plt_kind == DT_RELA) check_relocations(search, info, own_object, plt, plt_bytes, symbols, strings);
+    // The linker sorts the relative relocations first and counts them: a large program has tens
+    // of thousands, none of them naming a symbol.
+    if (data_relocations && relative_count <= data_bytes / sizeof *data_relocations) {
+        data_relocations += relative_count;
+        data_bytes -= relative_count * sizeof *data_relocations;
+    }
+    check_relocations(search, info, own_object, data_relocations, data_bytes, symbols, strings);
     return 0;
 }
 #endif
@@ -117,20 +162,23 @@ long fingerly_redirected_slots(const char *symbols, const char *library, fingerl
 #if defined(FINGERLY_JUMP_SLOT)
     void *handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);
     if (!handle) return -1;
+    // Some 16 KiB: on the calling thread's stack, which a probe thread has plenty of.
     struct slot_search search = {.slots = slots, .capacity = capacity};
+    dl_iterate_phdr(collect_range, &search);
     for (const char *name = symbols; *name && search.name_count < FINGERLY_WATCHED_LIMIT;) {
         size_t length = strcspn(name, "\n");
         search.names[search.name_count] = name;
         search.name_lengths[search.name_count] = length;
         // A symbol the library does not define is nobody's to redirect.
-        char copy[FINGERLY_OBJECT_NAME_SIZE];
+        char copy[FINGERLY_SLOT_SYMBOL_SIZE];
         if (length > 0 && length < sizeof copy) {
             memcpy(copy, name, length);
             copy[length] = 0;
             const void *definition = dlsym(handle, copy);
             if (definition) {
-                if (!search.library_base) search.library_base = object_base(definition);
-                search.global_base[search.name_count] = object_base(dlsym(RTLD_DEFAULT, copy));
+                if (!search.library_object) search.library_object = object_of(&search, definition);
+                search.global_object[search.name_count] = object_of(&search, dlsym(RTLD_DEFAULT, copy));
+                search.by_first_byte[(unsigned char)copy[0]] |= UINT64_C(1) << search.name_count;
                 search.name_count++;
             }
         }
@@ -138,7 +186,7 @@ long fingerly_redirected_slots(const char *symbols, const char *library, fingerl
         if (*name == '\n') name++;
     }
     dlclose(handle);
-    if (!search.library_base) return 0;
+    if (!search.library_object) return 0;
     dl_iterate_phdr(search_object, &search);
     return search.found;
 #else

@@ -110,12 +110,18 @@ int fingerly_measure_code_cost(uint64_t seed, fingerly_code_cost *cost);
 /// A GOT slot of a loaded object for a watched symbol that sends calls somewhere else than the
 /// object itself (a lazy slot not yet bound), the library that defines the symbol, or wherever
 /// a global lookup of the symbol lands (an interposer, which fingerly_symbol_origin names).
+enum {
+    /// Paths in a redirected slot are cut here: a reason names them, and a check that allocates
+    /// page-sized records on every call costs more than the walk itself.
+    FINGERLY_SLOT_PATH_SIZE = 1024,
+    FINGERLY_SLOT_SYMBOL_SIZE = 64,
+};
 typedef struct {
-    char symbol[FINGERLY_OBJECT_NAME_SIZE];
+    char symbol[FINGERLY_SLOT_SYMBOL_SIZE];
     /// The object whose GOT holds the slot ("" for the main program: the caller names it).
-    char object[FINGERLY_OBJECT_PATH_SIZE];
+    char object[FINGERLY_SLOT_PATH_SIZE];
     /// The object the slot points into; "" for memory no object was loaded from.
-    char target[FINGERLY_OBJECT_PATH_SIZE];
+    char target[FINGERLY_SLOT_PATH_SIZE];
 } fingerly_redirected_slot;
 
 /// Walks the PLT and GLOB_DAT relocations of every loaded object (x86-64 and AArch64) for the
