@@ -6,7 +6,8 @@ import Testing
 
 /// Issue 21's acceptance matrix: real programs calling the library the way applications do (Python
 /// through bindings/python, a C program with its own plugins, Ruby through Fiddle) must be clean on
-/// this host. The host programs' sources are in Tests/Fixtures/hosts-programs; the library is the
+/// this host, and the same programs under a preload, an injected inline hook or /etc/ld.so.preload
+/// must not be. The host programs' sources are in Tests/Fixtures/hosts-programs; the library is the
 /// debug build scripts/install puts in a temporary prefix, as for CABITests and the Python package's
 /// pytest run.
 @Suite(.serialized) struct HostProgramMatrixTests {
@@ -145,5 +146,135 @@ import Testing
                                  environment: try InstalledLibrary.environment(
                                      ["FINGERLY_LIBRARY": try InstalledLibrary.library]))
         try Self.expectCleanOnThisHost(try HostAnswers(run, program: "ruby"), program: "ruby")
+    }
+
+    // MARK: Positive controls: the same programs, tampered with
+
+    @Test(.enabled(if: installed("gcc"), "gcc is not installed"))
+    func theCProgramUnderAnLDPreloadHookIsTampering() throws {
+        let (program, plugin) = try Self.cHost.get()
+        let hook = try IntegrityScenarioTests.buildHook("open")
+        let run = try runProcess(program, [plugin], environment: try InstalledLibrary.environment(["LD_PRELOAD": hook]))
+        let answers = try HostAnswers(run, program: "the C host under LD_PRELOAD")
+        // In one process, the preload is told from the program's own plugin.
+        let preloaded = try answers.integrity.report.signals["loader.preloaded_objects"]?.strings ?? []
+        #expect(preloaded.contains(hook) && !preloaded.contains(plugin), "\(preloaded)")
+        for tampering in [try answers.integrity.tampering, try answers.identify.verdicts.tampering] {
+            #expect(tampering.value, "\(tampering.confidence) \(tampering.messages)")
+            #expect(tampering.codes.contains("ld_preload") || tampering.codes.contains("preloaded_object"),
+                    "\(tampering.codes)")
+            #expect(tampering.messages.contains { $0.contains(hook) }, "the hook is named: \(tampering.messages)")
+        }
+    }
+
+    /// Whether gdb may attach to a process of the test's: Yama's ptrace_scope 1 and 2 leave that to
+    /// root, 3 to nobody; without Yama the classic rules let the same user (and root) attach.
+    static var gdbCanAttach: Bool {
+        guard let text = try? String(contentsOfFile: "/proc/sys/kernel/yama/ptrace_scope", encoding: .utf8),
+              let scope = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) else { return true }
+        switch scope {
+        case 0: return true
+        case 1, 2: return geteuid() == 0
+        default: return false
+        }
+    }
+
+    /// What python-injection-target.py writes once its first check is done.
+    struct InjectionTargetReady: Decodable {
+        let pid: Int32
+        let integrity: IntegrityResult
+    }
+
+    /// A process run on a thread of its own, so the test can act on it while it runs.
+    final class BackgroundRun: Sendable {
+        private let outcome = Locked<Result<ProcessOutput, any Error>?>(nil)
+
+        init(_ run: @escaping @Sendable () throws -> ProcessOutput) {
+            Thread { [outcome] in outcome.set(Result { try run() }) }.start()
+        }
+
+        var hasEnded: Bool { outcome.isSet }
+
+        /// The finished process; runProcess's own timeout bounds the wait.
+        func ended() throws -> ProcessOutput {
+            while !outcome.isSet { usleep(10_000) }
+            return try outcome.value!.get()
+        }
+    }
+
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: python) && installed("gdb") && installed("gcc"),
+                   "/usr/bin/python3, gdb or gcc is not installed"),
+          .enabled(if: gdbCanAttach, "kernel.yama.ptrace_scope forbids gdb -p here"))
+    func aLibraryInjectedIntoRunningPythonThatPatchesLibcIsTampering() throws {
+        let injected = try Self.compileSharedObject("inject.c", named: "matrix-inject")
+        let directory = try TestPaths.temporaryDirectory("matrix-injection")
+        let ready = directory + "/ready.json", go = directory + "/go"
+        let environment = try Self.pythonEnvironment()
+        let target = BackgroundRun {
+            try runProcess(Self.python, [Self.sources + "python-injection-target.py", ready, go],
+                           environment: environment, timeout: 240)
+        }
+        // However the test ends, the target stops waiting and is reaped.
+        defer {
+            _ = FileManager.default.createFile(atPath: go, contents: nil)
+            _ = try? target.ended()
+        }
+        // Bounded by the target itself: it ends on its own, or runProcess kills it.
+        while !FileManager.default.fileExists(atPath: ready) && !target.hasEnded { usleep(20_000) }
+        if target.hasEnded {
+            let ended = try target.ended()
+            let why = ended.standardError.suffix(2000)
+            Issue.record("the target ended (\(ended.status)) before its first check: \(why)")
+            return
+        }
+        let first = try JSONDecoder.fingerly.decode(InjectionTargetReady.self,
+                                                    from: try Data(contentsOf: URL(fileURLWithPath: ready)))
+
+        let before = first.integrity.tampering
+        let codeIntegrity = try first.integrity.report.probe("code-integrity")
+        #expect(codeIntegrity.status == .ok && (codeIntegrity.signals["integrity.functions_checked"]?.int ?? 0) > 0,
+                "the first check compared no code: \(codeIntegrity.status) \(codeIntegrity.detail ?? "")")
+        #expect(!before.codes.contains("inline_hook"), "\(before.messages)")
+        #expect(!before.value, "Python was tampered before anything was injected: \(before.codes) \(before.messages)")
+
+        let gdb = try runProcess("/usr/bin/gdb", ["-p", "\(first.pid)", "-batch",
+                                                  "-ex", "call (void*)dlopen(\"\(injected)\", 2)"], timeout: 120)
+        // gdb prints the handle dlopen returned: "$1 = (void *) 0x…", 0x0 when the load failed.
+        let handle = gdb.standardOutput.split(separator: "\n").first { $0.hasPrefix("$1 = (void *) 0x") }
+        #expect(handle != nil && handle != "$1 = (void *) 0x0",
+                "gdb: \(gdb.standardOutput.suffix(1500)) \(gdb.standardError.suffix(1500))")
+
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        let second = try target.ended()
+        #expect(second.standardError.contains("inject: connect at"),
+                "the constructor did not patch: \(second.standardError.suffix(2000))")
+        let after = try HostAnswers(second, program: "the injected Python").integrity.tampering
+        #expect(after.value && after.codes.contains("inline_hook"),
+                "\(after.confidence) \(after.codes) \(after.messages)")
+        #expect(after.messages.contains { $0.contains("connect in ") && $0.contains("libc.so.6") }, "\(after.messages)")
+    }
+
+    @Test(.enabled(if: installed("gcc") && installed("unshare"), "gcc or unshare is not installed"),
+          .enabled(if: geteuid() == 0, "needs root: unshare -m and mount --bind over /etc"))
+    func theCProgramUnderEtcLdSoPreloadInAPrivateMountNamespaceIsTampering() throws {
+        let (program, plugin) = try Self.cHost.get()
+        let hook = try IntegrityScenarioTests.buildHook("open")
+        let scratch = try TestPaths.temporaryDirectory("matrix-preload-etc")
+        let hostPreloadFile = try? String(contentsOfFile: "/etc/ld.so.preload", encoding: .utf8)
+        // The namespace gets its own copy of /etc with the preload file; the host's /etc is untouched.
+        let script = "cp -a /etc \"$1/etc\" && printf '%s\\n' \"$2\" > \"$1/etc/ld.so.preload\" "
+            + "&& mount --bind \"$1/etc\" /etc && exec \"$3\" \"$4\""
+        let run = try runProcess("/usr/bin/unshare",
+                                 ["-m", "/bin/sh", "-c", script, "sh", scratch, hook, program, plugin],
+                                 environment: try InstalledLibrary.environment())
+        #expect((try? String(contentsOfFile: "/etc/ld.so.preload", encoding: .utf8)) == hostPreloadFile,
+                "the host's /etc/ld.so.preload changed")
+        let answers = try HostAnswers(run, program: "the C host under /etc/ld.so.preload")
+        for tampering in [try answers.integrity.tampering, try answers.identify.verdicts.tampering] {
+            #expect(tampering.value && tampering.codes.contains("ld_so_preload"),
+                    "\(tampering.codes) \(tampering.messages)")
+            #expect(tampering.messages.contains { $0.contains("/etc/ld.so.preload injects \(hook)") },
+                    "\(tampering.messages)")
+        }
     }
 }
