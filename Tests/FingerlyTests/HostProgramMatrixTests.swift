@@ -6,10 +6,10 @@ import Testing
 
 /// Issue 21's acceptance matrix: real programs calling the library the way applications do (Python
 /// through bindings/python, a C program with its own plugins, Ruby through Fiddle) must be clean on
-/// this host, and the same programs under a preload, an injected inline hook or /etc/ld.so.preload
-/// must not be. The host programs' sources are in Tests/Fixtures/hosts-programs; the library is the
-/// debug build scripts/install puts in a temporary prefix, as for CABITests and the Python package's
-/// pytest run.
+/// this host, and the same programs under a preload, an injected inline hook or /etc/ld.so.preload,
+/// and the release CLI under valgrind and ltrace, must not be. The host programs' sources are in
+/// Tests/Fixtures/hosts-programs; the library is the debug build scripts/install puts in a temporary
+/// prefix, as for CABITests and the Python package's pytest run.
 @Suite(.serialized) struct HostProgramMatrixTests {
     static let sources = TestPaths.packageRoot + "/Tests/Fixtures/hosts-programs/"
     static let python = "/usr/bin/python3"
@@ -276,5 +276,141 @@ import Testing
             #expect(tampering.messages.contains { $0.contains("/etc/ld.so.preload injects \(hook)") },
                     "\(tampering.messages)")
         }
+    }
+
+    // MARK: The release CLI under load and under instrumentation
+
+    static func runReleaseCLI(under wrapper: [String], _ arguments: [String] = ["--no-submit", "--json"],
+                              timeout: Double = 300) throws -> ProcessOutput {
+        let cli = IntegrityScenarioTests.releaseCLI
+        try #require(FileManager.default.isExecutableFile(atPath: cli),
+                     "\(cli) is missing: scripts/test builds it with the README's release command")
+        var environment = ProcessInfo.processInfo.environment
+        environment["STATE_DIRECTORY"] = TestPaths.stateDirectory
+        return try runProcess(wrapper[0], Array(wrapper.dropFirst()) + [cli] + arguments, environment: environment,
+                              timeout: timeout)
+    }
+
+    /// Shell loops spinning on one CPU. Each runs under timeout(1), so none outlives a test that
+    /// crashed before `stop()`.
+    final class BusyLoops {
+        static let longestLifeSeconds = 120
+        private(set) var pids: [pid_t] = []
+
+        init(count: Int, cpu: Int) throws {
+            for _ in 0..<count {
+                let arguments: [String] = ["/usr/bin/timeout", "\(Self.longestLifeSeconds)",
+                                           "/usr/bin/taskset", "-c", "\(cpu)", "/bin/sh", "-c", "while :; do :; done"]
+                let argv = arguments.map { strdup($0) } + [nil]
+                defer { argv.forEach { free($0) } }
+                var actions = posix_spawn_file_actions_t()
+                posix_spawn_file_actions_init(&actions)
+                defer { posix_spawn_file_actions_destroy(&actions) }
+                for descriptor in Int32(0)...2 {
+                    posix_spawn_file_actions_addopen(&actions, descriptor, "/dev/null",
+                                                     descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
+                }
+                var attributes = posix_spawnattr_t()
+                posix_spawnattr_init(&attributes)
+                defer { posix_spawnattr_destroy(&attributes) }
+                // A group of its own: stop() kills timeout(1) and the loop under it together.
+                startsWithDefaultSignals(&attributes, inNewProcessGroup: true)
+                var pid: pid_t = 0
+                let spawned = posix_spawn(&pid, "/usr/bin/timeout", &actions, &attributes, argv, environ)
+                guard spawned == 0 else {
+                    stop()
+                    throw POSIXError(POSIXErrorCode(rawValue: spawned) ?? .ENOENT)
+                }
+                pids.append(pid)
+            }
+        }
+
+        /// Whether every loop still runs (none has been reaped or has exited).
+        var allRunning: Bool {
+            pids.allSatisfy { pid in
+                var status: Int32 = 0
+                return waitpid(pid, &status, WNOHANG) == 0
+            }
+        }
+
+        func stop() {
+            for pid in pids { kill(-pid, SIGKILL) }
+            for pid in pids {
+                var status: Int32 = 0
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            }
+            pids = []
+        }
+    }
+
+    static func expectNeitherDebuggedNorInstrumented(_ output: ProcessOutput, under condition: String,
+                                                     sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let result = try output.identifyResultLine()
+        for name in [VerdictName.debugger, .instrumentation] {
+            let verdict = result.verdicts[name]
+            #expect(!verdict.value,
+                    "\(condition): \(name.rawValue) true (\(verdict.confidence)) \(verdict.codes) \(verdict.messages)",
+                    sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test(.enabled(if: installed("taskset") && installed("timeout"), "taskset or timeout is not installed"))
+    func aCollectorPinnedBesideFourBusyLoopsIsNeitherDebuggedNorInstrumented() throws {
+        let loops = try BusyLoops(count: 4, cpu: 0)
+        defer { loops.stop() }
+        let output = try Self.runReleaseCLI(under: ["/usr/bin/taskset", "-c", "0"], timeout: 120)
+        #expect(loops.allRunning, "a busy loop ended before the run did: the CPU was not shared throughout")
+        try Self.expectNeitherDebuggedNorInstrumented(output, under: "taskset -c 0 beside four busy loops")
+    }
+
+    /// nice 19 only tells when the CPU is contended: beside four loops of nice 0 the collector weighs
+    /// 15 against their 4096 on CPU 0.
+    @Test(.enabled(if: installed("taskset") && installed("timeout") && installed("nice"),
+                   "taskset, timeout or nice is not installed"))
+    func aNicedCollectorPinnedBesideFourBusyLoopsIsNeitherDebuggedNorInstrumented() throws {
+        let loops = try BusyLoops(count: 4, cpu: 0)
+        defer { loops.stop() }
+        let output = try Self.runReleaseCLI(under: ["/usr/bin/taskset", "-c", "0", "/usr/bin/nice", "-n", "19"],
+                                            timeout: 120)
+        #expect(loops.allRunning, "a busy loop ended before the run did: the CPU was not shared throughout")
+        try Self.expectNeitherDebuggedNorInstrumented(output,
+                                                      under: "nice -n 19 and taskset -c 0 beside four busy loops")
+    }
+
+    /// The report's elapsedMs is the library's call as its caller sees it, valgrind's own start-up excluded.
+    static func expectWithinBudget(_ report: SignalReport, under tool: String,
+                                   sourceLocation: SourceLocation = #_sourceLocation) {
+        let timedOut = report.probes.filter { $0.status == .timeout }.map(\.id)
+        #expect(report.elapsedMs <= Double(report.budgetMs) + 1000,
+                "under \(tool): \(report.elapsedMs) ms of a \(report.budgetMs) ms budget; timed out: \(timedOut)",
+                sourceLocation: sourceLocation)
+    }
+
+    @Test(.enabled(if: installed("valgrind"), "valgrind is not installed"))
+    func valgrindIsInstrumentationAndTheRunEndsWithinItsBudget() throws {
+        let output = try Self.runReleaseCLI(under: ["/usr/bin/valgrind", "-q"],
+                                            ["--no-submit", "--json", "--budget-ms", "20000"], timeout: 600)
+        let result = try output.identifyResultLine()
+        #expect(result.report.budgetMs == 20000)
+        let instrumentation = result.verdicts.instrumentation
+        #expect(instrumentation.value,
+                "\(instrumentation.confidence) missing \(instrumentation.missingEvidence.map(\.probe))")
+        let codes = instrumentation.codes
+        #expect(codes.contains("code_translation_slowdown") || codes.contains("instrumentation_preloaded_object"),
+                "\(codes) \(instrumentation.messages)")
+        Self.expectWithinBudget(result.report, under: "valgrind")
+    }
+
+    /// Plain ltrace breaks on every PLT call of every thread: the collector is traced and slowed by
+    /// the tracer's stops, and must still say so within its budget.
+    @Test(.enabled(if: installed("ltrace"), "ltrace is not installed"))
+    func plainLtraceIsADebuggerAndTheRunEndsWithinItsBudget() throws {
+        let output = try Self.runReleaseCLI(under: ["/usr/bin/ltrace", "-o", "/dev/null"], timeout: 600)
+        let result = try output.identifyResultLine()
+        let debugger = result.verdicts.debugger
+        #expect(debugger.value,
+                "\(debugger.confidence) \(debugger.codes) missing \(debugger.missingEvidence.map(\.probe))")
+        #expect(debugger.messages.contains { $0.contains("ltrace") }, "the tracer is named: \(debugger.messages)")
+        Self.expectWithinBudget(result.report, under: "ltrace")
     }
 }
