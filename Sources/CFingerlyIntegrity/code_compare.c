@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "fingerly_integrity.h"
+#include "loader_functions.h"
 #include "object_path.h"
 
 #include <dlfcn.h>
@@ -13,13 +14,13 @@
 int fingerly_compare_code_with_file(const void *address, unsigned char *memory, unsigned char *disk, size_t count,
                                     char *path, size_t path_capacity) {
     Dl_info info;
-    if (!address || !dladdr(address, &info) || !info.dli_fname || !info.dli_fbase) return -1;
+    if (!address || !fingerly_loader.address(address, &info) || !info.dli_fname || !info.dli_fbase) return -1;
     const char *file = info.dli_fname;
     // For the main program dladdr names argv[0], which may be a relative path or another file
     // of the same name: the kernel's /proc/self/exe is the file really mapped.
     Dl_info program;
     const void *program_headers = (const void *)getauxval(AT_PHDR);
-    if (!file[0] || (program_headers && dladdr(program_headers, &program) && program.dli_fbase == info.dli_fbase)) {
+    if (!file[0] || (program_headers && fingerly_loader.address(program_headers, &program) && program.dli_fbase == info.dli_fbase)) {
         file = "/proc/self/exe";
     }
     copy_object_path(address, path, path_capacity);

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "fingerly_integrity.h"
+#include "loader_functions.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -8,12 +9,16 @@
 
 #include "fingerly_text.h"
 
+// The relocations that write a symbol's address into memory: PLT slots, GOT entries, and plain
+// pointers in data (a table of functions, or this library's own copy of the loader's functions).
 #if defined(__x86_64__)
 #define FINGERLY_JUMP_SLOT R_X86_64_JUMP_SLOT
 #define FINGERLY_GLOB_DAT R_X86_64_GLOB_DAT
+#define FINGERLY_ABSOLUTE R_X86_64_64
 #elif defined(__aarch64__)
 #define FINGERLY_JUMP_SLOT R_AARCH64_JUMP_SLOT
 #define FINGERLY_GLOB_DAT R_AARCH64_GLOB_DAT
+#define FINGERLY_ABSOLUTE R_AARCH64_ABS64
 #endif
 
 /// A loader's relocation table is as large as its object; past this the object is not read.
@@ -37,6 +42,11 @@ struct slot_search {
     uintptr_t library_object;
     struct object_range ranges[FINGERLY_OBJECT_LIMIT];
     size_t range_count;
+    /// Set for the own-object walk: only this object's slots are read, for every symbol, and a
+    /// target in one of `accepted` (its dependencies and the start-up objects) is in order.
+    uintptr_t only_object;
+    const uintptr_t *accepted;
+    size_t accepted_count;
     fingerly_redirected_slot *slots;
     size_t capacity;
     long found;
@@ -82,37 +92,47 @@ static void check_relocations(struct slot_search *search, struct dl_phdr_info *i
     if (!relocations || !symbols || !strings || count > FINGERLY_RELOCATION_LIMIT) return;
     for (size_t index = 0; index < count; index++) {
         ElfW(Xword) type = ELF64_R_TYPE(relocations[index].r_info);
-        if (type != FINGERLY_JUMP_SLOT && type != FINGERLY_GLOB_DAT) continue;
+        if (type != FINGERLY_JUMP_SLOT && type != FINGERLY_GLOB_DAT && type != FINGERLY_ABSOLUTE) continue;
         size_t symbol = ELF64_R_SYM(relocations[index].r_info);
         if (symbol == 0) continue;
         const char *name = strings + symbols[symbol].st_name;
-        uint64_t candidates = search->by_first_byte[(unsigned char)name[0]];
-        size_t watched = search->name_count;
-        for (; candidates; candidates &= candidates - 1) {
-            size_t index = (size_t)__builtin_ctzll(candidates);
-            if (strncmp(name, search->names[index], search->name_lengths[index]) == 0 &&
-                name[search->name_lengths[index]] == 0) {
-                watched = index;
-                break;
-            }
-        }
-        if (watched == search->name_count) continue;
         const void *target = *(const void *const *)(info->dlpi_addr + relocations[index].r_offset);
+        // A weak symbol nobody defines (__gmon_start__) is bound to nothing: no call goes anywhere.
+        if (!target) continue;
         uintptr_t target_object = object_of(search, target);
-        if (target_object && (target_object == own_object || target_object == search->library_object ||
-                              target_object == search->global_object[watched])) {
-            continue;
+        if (search->only_object) {
+            if (target_object == own_object) continue;
+            bool accepted = false;
+            for (size_t known = 0; known < search->accepted_count && !accepted; known++) {
+                accepted = target_object && target_object == search->accepted[known];
+            }
+            if (accepted) continue;
+        } else {
+            uint64_t candidates = search->by_first_byte[(unsigned char)name[0]];
+            size_t watched = search->name_count;
+            for (; candidates; candidates &= candidates - 1) {
+                size_t index = (size_t)__builtin_ctzll(candidates);
+                if (strncmp(name, search->names[index], search->name_lengths[index]) == 0 &&
+                    name[search->name_lengths[index]] == 0) {
+                    watched = index;
+                    break;
+                }
+            }
+            if (watched == search->name_count) continue;
+            if (target_object && (target_object == own_object || target_object == search->library_object ||
+                                  target_object == search->global_object[watched])) {
+                continue;
+            }
         }
         long position = search->found++;
         if ((size_t)position >= search->capacity) continue;
         fingerly_redirected_slot *slot = &search->slots[position];
         fingerly_copy_text(slot->symbol, sizeof slot->symbol, name);
         fingerly_copy_text(slot->object, sizeof slot->object, info->dlpi_name ? info->dlpi_name : "");
-        Dl_info where;
+        slot->target_address = target;
+        slot->owner_start = own_object;
+        slot->target_start = target_object;
         slot->target[0] = 0;
-        if (target && dladdr(target, &where) && where.dli_fname) {
-            fingerly_copy_text(slot->target, sizeof slot->target, where.dli_fname);
-        }
     }
 }
 
@@ -145,6 +165,9 @@ static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
         }
     }
     uintptr_t own_object = range_of_object(info).start;
+    // An object loaded since the ranges were taken points into objects nobody has seen yet.
+    if (object_of(search, (const void *)own_object) != own_object) return 0;
+    if (search->only_object && own_object != search->only_object) return 0;
     if (plt_kind == DT_RELA) check_relocations(search, info, own_object, plt, plt_bytes, symbols, strings);
     // The linker sorts the relative relocations first and counts them: a large program has tens
     // of thousands, none of them naming a symbol.
@@ -157,14 +180,26 @@ static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
 }
 #endif
 
+/// Names each slot's target. After the walk: dladdr inside it would take the loader's locks in
+/// the order opposite to another thread's dlopen, and the two would wait for each other for ever.
+static void name_targets(fingerly_redirected_slot *slots, size_t count) {
+    for (size_t index = 0; index < count; index++) {
+        Dl_info where;
+        slots[index].target[0] = 0;
+        if (slots[index].target_address && fingerly_loader.address(slots[index].target_address, &where) && where.dli_fname) {
+            fingerly_copy_text(slots[index].target, sizeof slots[index].target, where.dli_fname);
+        }
+    }
+}
+
 long fingerly_redirected_slots(const char *symbols, const char *library, fingerly_redirected_slot *slots,
                                size_t capacity) {
 #if defined(FINGERLY_JUMP_SLOT)
-    void *handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);
+    void *handle = fingerly_loader.open(library, RTLD_LAZY | RTLD_NOLOAD);
     if (!handle) return -1;
     // Some 16 KiB: on the calling thread's stack, which a probe thread has plenty of.
     struct slot_search search = {.slots = slots, .capacity = capacity};
-    dl_iterate_phdr(collect_range, &search);
+    fingerly_loader.iterate(collect_range, &search);
     for (const char *name = symbols; *name && search.name_count < FINGERLY_WATCHED_LIMIT;) {
         size_t length = strcspn(name, "\n");
         search.names[search.name_count] = name;
@@ -174,10 +209,10 @@ long fingerly_redirected_slots(const char *symbols, const char *library, fingerl
         if (length > 0 && length < sizeof copy) {
             memcpy(copy, name, length);
             copy[length] = 0;
-            const void *definition = dlsym(handle, copy);
+            const void *definition = fingerly_loader.symbol(handle, copy);
             if (definition) {
                 if (!search.library_object) search.library_object = object_of(&search, definition);
-                search.global_object[search.name_count] = object_of(&search, dlsym(RTLD_DEFAULT, copy));
+                search.global_object[search.name_count] = object_of(&search, fingerly_loader.symbol(RTLD_DEFAULT, copy));
                 search.by_first_byte[(unsigned char)copy[0]] |= UINT64_C(1) << search.name_count;
                 search.name_count++;
             }
@@ -185,12 +220,45 @@ long fingerly_redirected_slots(const char *symbols, const char *library, fingerl
         name += length;
         if (*name == '\n') name++;
     }
-    dlclose(handle);
+    fingerly_loader.close(handle);
     if (!search.library_object) return 0;
-    dl_iterate_phdr(search_object, &search);
+    fingerly_loader.iterate(search_object, &search);
+    name_targets(slots, (size_t)search.found < capacity ? (size_t)search.found : capacity);
     return search.found;
 #else
     (void)symbols; (void)library; (void)slots; (void)capacity;
+    return -2;
+#endif
+}
+
+uintptr_t fingerly_own_object_start(void) {
+    struct slot_search search = {0};
+    fingerly_loader.iterate(collect_range, &search);
+    return object_of(&search, (const void *)&fingerly_own_object_start);
+}
+
+long fingerly_redirected_own_slots(const uintptr_t *accepted, size_t accepted_count, fingerly_redirected_slot *slots,
+                                   size_t capacity) {
+#if defined(FINGERLY_JUMP_SLOT)
+    struct slot_search search = {.slots = slots, .capacity = capacity, .accepted = accepted, .accepted_count = accepted_count};
+    fingerly_loader.iterate(collect_range, &search);
+    search.only_object = object_of(&search, (const void *)&fingerly_redirected_own_slots);
+    if (!search.only_object) return -1;
+    fingerly_loader.iterate(search_object, &search);
+    size_t written = (size_t)search.found < capacity ? (size_t)search.found : capacity;
+    // A symbol that an object of the global scope defines first (a program defining getenv, a
+    // library opened RTLD_GLOBAL) binds there: that is the loader's answer, not a rewrite.
+    size_t kept = 0;
+    for (size_t index = 0; index < written; index++) {
+        const void *global = fingerly_loader.symbol(RTLD_DEFAULT, slots[index].symbol);
+        if (global && object_of(&search, global) == slots[index].target_start && slots[index].target_start) continue;
+        if (kept != index) slots[kept] = slots[index];
+        kept++;
+    }
+    name_targets(slots, kept);
+    return (long)kept + (search.found > (long)written ? search.found - (long)written : 0);
+#else
+    (void)accepted; (void)accepted_count; (void)slots; (void)capacity;
     return -2;
 #endif
 }

@@ -1,11 +1,14 @@
 #define _GNU_SOURCE
 #include "fingerly_integrity.h"
+#include "loader_functions.h"
 #include "object_path.h"
 
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 const void *fingerly_loader_breakpoint_address(void) {
     return (const void *)_r_debug.r_brk;
@@ -50,6 +53,15 @@ static int list_object(struct dl_phdr_info *info, size_t size, void *data) {
         const char *path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "[main]";
         object->path_truncated = fingerly_copy_text(object->path, sizeof object->path, path);
         object->soname_truncated = fingerly_copy_text(object->soname, sizeof object->soname, soname);
+        unsigned long vdso = getauxval(AT_SYSINFO_EHDR), loader = getauxval(AT_BASE);
+        object->is_loader_infrastructure = (vdso && info->dlpi_addr == vdso) || (loader && info->dlpi_addr == loader);
+        object->range_start = UINTPTR_MAX;
+        for (int index = 0; index < info->dlpi_phnum; index++) {
+            const ElfW(Phdr) *segment = &info->dlpi_phdr[index];
+            if (segment->p_type == PT_LOAD && info->dlpi_addr + segment->p_vaddr < object->range_start) {
+                object->range_start = info->dlpi_addr + segment->p_vaddr;
+            }
+        }
         report->object_count = object_index + 1;
     } else {
         report->objects_cut = true;
@@ -74,19 +86,27 @@ void fingerly_loaded_objects(fingerly_loaded_object *objects, size_t object_capa
                              fingerly_loaded_objects_report *report) {
     memset(report, 0, sizeof *report);
     struct listing listing = {objects, object_capacity, needed, needed_capacity, report};
-    dl_iterate_phdr(list_object, &listing);
+    fingerly_loader.iterate(list_object, &listing);
 }
 
 int fingerly_symbol_origin(const char *symbol, const char *library, const void **global_address,
                            char *global_path, size_t global_capacity, char *library_path, size_t library_capacity) {
-    void *handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);
+    void *handle = fingerly_loader.open(library, RTLD_LAZY | RTLD_NOLOAD);
     if (!handle) return -1;
-    void *inside = dlsym(handle, symbol);
-    void *global = dlsym(RTLD_DEFAULT, symbol);
-    dlclose(handle);
+    void *inside = fingerly_loader.symbol(handle, symbol);
+    void *global = fingerly_loader.symbol(RTLD_DEFAULT, symbol);
+    fingerly_loader.close(handle);
     if (!inside) return -1;
     *global_address = global;
     if (global == inside) return 1;
+    // The program itself may define the function (bash defines getenv): ELF lets every library's
+    // call reach it, and that is the program, not something injected into it.
+    Dl_info defining, program;
+    const void *program_headers = (const void *)getauxval(AT_PHDR);
+    if (global && program_headers && fingerly_loader.address(global, &defining) &&
+        fingerly_loader.address(program_headers, &program) && defining.dli_fbase == program.dli_fbase) {
+        return 2;
+    }
     // dladdr walks symbol tables: only pay for it when there is someone to name.
     copy_object_path(global, global_path, global_capacity);
     copy_object_path(inside, library_path, library_capacity);

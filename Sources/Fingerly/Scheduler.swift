@@ -34,8 +34,7 @@ struct Scheduler: Sendable {
     /// The longest single wait on the semaphore. Deadlines are rechecked after each wake-up, so a
     /// cap only costs an extra loop on absurd schedules, and keeps the microsecond count an Int.
     static let longestWaitMs = 60_000.0
-    /// How many of its slowest turns the coordinator keeps back from the budget to finish in: under
-    /// ltrace building the report after the last turn cost about as much as eight turns.
+    /// How many of its slowest turns the coordinator keeps back from the budget to finish in.
     static let reservedTurns = 8.0
 
     /// - Parameter startedAt: when the caller's budget began (monotonic ms); defaults to now.
@@ -51,11 +50,12 @@ struct Scheduler: Sendable {
         var allowances: [Int: ReadAllowance] = [:]
         var entries: [Int: ProbeEntry] = [:]
 
-        // What finishing costs this coordinator: after the last probe it still builds the entries,
-        // and the caller the report. Under a tracer that stops every library call (ltrace) one turn
-        // of this loop took 150 ms, so the run keeps back a few of its slowest turns, up to half
-        // the budget, and ends that much early. Natively a turn is tens of microseconds.
-        var reserveMs = 0.0
+        // What finishing costs: after the last probe the coordinator still builds the entries, and
+        // the caller the report. The run keeps that back from the budget, up to half of it, and ends
+        // that much early. Two estimates, whichever is larger: what preparing the run took before
+        // any probe started (under ltrace, which stops every library call, 650 ms; natively about a
+        // millisecond), and a few of this loop's slowest turns (under ltrace 10-30 ms each).
+        var reserveMs = min(Double(budgetMs) / 2, max(0, monotonicMilliseconds() - startedAt))
         var runDeadline: Double { budgetDeadline - reserveMs }
 
         while true {
@@ -105,7 +105,7 @@ struct Scheduler: Sendable {
                                                    detail: "exceeded its \(jobs[index].timeoutMs) ms timeout and was abandoned")
             }
             if now >= runDeadline {
-                let why = reserveMs < 1 ? "the \(budgetMs) ms budget ran out"
+                let why = reserveMs < 10 ? "the \(budgetMs) ms budget ran out"
                     : "the \(budgetMs) ms budget ran out (\(Int(reserveMs)) ms of it kept to finish: this process runs slowly)"
                 let stillRunning = "still running when \(why); abandoned", notStarted = "not started: \(why)"
                 for (index, slot) in running {

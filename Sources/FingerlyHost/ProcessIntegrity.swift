@@ -20,6 +20,10 @@ package struct LoadedObject: Sendable, Hashable {
     package let needed: [String]
     /// The path, the soname or a needed name was longer than its field and is shown cut.
     package let hasTruncatedName: Bool
+    /// The vDSO or the dynamic loader, by the addresses the kernel gave.
+    package var isLoaderInfrastructure = false
+    /// Where the object's segments start: how a GOT slot's owner and target are named.
+    package var rangeStart: UInt = 0
 }
 
 /// The loader's list as far as it was taken.
@@ -50,6 +54,8 @@ package enum SymbolOrigin: Sendable, Hashable {
     case undefined
     /// Calls reach the library's own definition.
     case definingLibrary
+    /// The program defines the symbol itself, and calls reach its definition.
+    case definedByProgram
     /// Calls reach another object, named by its path (empty for an unnamed mapping).
     case interposed(by: String)
 }
@@ -61,6 +67,9 @@ package struct RedirectedSlot: Sendable, Hashable {
     package let object: String
     /// The object the slot points into; empty for memory no object was loaded from.
     package let target: String
+    /// The owner's and the target's `LoadedObject.rangeStart` (0: in no object).
+    package let ownerStart: UInt
+    package let targetStart: UInt
 }
 
 /// What code new to this thread cost against a loop run before it, in CPU time of this thread.
@@ -118,11 +127,26 @@ package enum ProcessIntegrity {
     /// object itself, `library` or a global lookup's answer; nil when `library` is not loaded or
     /// this architecture's relocations are not read. `found` counts past the limit.
     package static func redirectedSlots(of symbols: [String], in library: String) -> (slots: [RedirectedSlot], found: Int)? {
+        slots { fingerly_redirected_slots(symbols.joined(separator: "\n"), library, $0, $1) }
+    }
+
+    /// The GOT slots of the object holding this code, for every symbol, that point neither into it,
+    /// nor into an object of `accepted` (range starts), nor where a global lookup lands.
+    package static func redirectedOwnSlots(accepted: [UInt]) -> (slots: [RedirectedSlot], found: Int)? {
+        accepted.withUnsafeBufferPointer { accepted in
+            slots { fingerly_redirected_own_slots(accepted.baseAddress, accepted.count, $0, $1) }
+        }
+    }
+
+    /// The range start of the object holding this code.
+    package static var ownObjectStart: UInt { fingerly_own_object_start() }
+
+    private static func slots(_ walk: (UnsafeMutablePointer<fingerly_redirected_slot>?, Int) -> Int) -> (slots: [RedirectedSlot], found: Int)? {
         var found = 0
         let slots = [fingerly_redirected_slot](unsafeUninitializedCapacity: redirectedSlotLimit) { buffer, written in
-            let count = fingerly_redirected_slots(symbols.joined(separator: "\n"), library, buffer.baseAddress, buffer.count)
-            found = Int(count)
-            written = count > 0 ? min(Int(count), buffer.count) : 0
+            let count = walk(buffer.baseAddress, buffer.count)
+            found = count
+            written = count > 0 ? min(count, buffer.count) : 0
         }
         guard found >= 0 else { return nil }
         let redirected = slots.withUnsafeBufferPointer { entries in
@@ -131,7 +155,8 @@ package enum ProcessIntegrity {
                 let object = text { fingerly_redirected_slot_object(slot, $0) }
                 return RedirectedSlot(symbol: text { fingerly_redirected_slot_symbol(slot, $0) },
                                       object: object.isEmpty ? "[main]" : object,
-                                      target: text { fingerly_redirected_slot_target(slot, $0) })
+                                      target: text { fingerly_redirected_slot_target(slot, $0) },
+                                      ownerStart: slot.pointee.owner_start, targetStart: slot.pointee.target_start)
             }
         }
         return (redirected, found)
@@ -191,13 +216,23 @@ package enum ProcessIntegrity {
                                         soname: text { fingerly_loaded_object_soname(object, $0) },
                                         needed: neededByObject[index],
                                         hasTruncatedName: object.pointee.path_truncated || object.pointee.soname_truncated
-                                            || neededTruncated[index])
+                                            || neededTruncated[index],
+                                    isLoaderInfrastructure: object.pointee.is_loader_infrastructure,
+                                    rangeStart: object.pointee.range_start)
                 }
             }
             return LoadedObjectList(objects: list, objectsFound: report.objects_found,
                                     neededFound: report.needed_found, neededTaken: needed.count)
         }
     }
+
+    /// `symbol` inside `library` (a soname already loaded: RTLD_NOLOAD opens no file), through the
+    /// loader's functions as they were when this code was loaded (fingerly_lookup_in_library).
+    package static func definition(of symbol: String, in library: String) -> UnsafeRawPointer? {
+        fingerly_lookup_in_library(library, symbol)
+    }
+
+    package static func isLoaded(_ library: String) -> Bool { fingerly_library_is_loaded(library) }
 
     /// Where a global lookup of `symbol` lands, compared with its definition inside `library`.
     package static func symbolOrigin(of symbol: String, in library: String) -> SymbolOrigin {
@@ -206,6 +241,7 @@ package enum ProcessIntegrity {
         var inside = [CChar](repeating: 0, count: 1024)
         switch fingerly_symbol_origin(symbol, library, &address, &global, global.count, &inside, inside.count) {
         case 1: return .definingLibrary
+        case 2: return .definedByProgram
         case 0: return .interposed(by: String(decoding: global.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         default: return .undefined
         }

@@ -2,70 +2,120 @@
 ///
 /// glibc lists the program first, then the vDSO, then what `LD_PRELOAD` and `/etc/ld.so.preload`
 /// name, then the program's DT_NEEDED closure (the loader itself placed among it); `dlopen`
-/// appends to the end, and audit modules live in namespaces listed after the first. So every
-/// object the program's own dependencies do not ask for, placed before the last of them, came in
-/// before `main` without being asked for: preloaded. Everything after it was loaded while the
-/// program ran, which is what applications do with their plugins and extension modules.
+/// appends to the end. So every object placed before the last one that the program's closure
+/// reaches, and that the closure does not reach, came in before `main` without being asked for:
+/// preloaded, with whatever it needed itself. Everything after it was loaded while the program
+/// ran, which is what applications do with their plugins and extension modules. (`dl_iterate_phdr`
+/// lists the caller's namespace only: audit modules do not appear.)
+///
+/// A needed name is resolved as the loader resolves it, to the first object in list order that
+/// carries it as its soname; an object without a soname answers to its file name, and a name
+/// with a slash to that path. So a preload cannot pass for a dependency by taking its file name.
 package struct ObjectArrival: Sendable, Hashable {
-    /// Objects loaded before `main` that no dependency of the program asks for, without those
-    /// they in turn need: what a preload named.
+    package struct Object: Sendable {
+        let path: String
+        let soname: String
+        let needed: [String]
+        let isLoaderInfrastructure: Bool
+
+        package init(path: String, soname: String, needed: [String], isLoaderInfrastructure: Bool = false) {
+            self.path = path
+            self.soname = soname
+            self.needed = needed
+            self.isLoaderInfrastructure = isLoaderInfrastructure
+        }
+    }
+
+    /// Objects loaded before `main` that the program's dependencies do not reach: what a preload
+    /// named, and what those objects need that the program does not.
     package let preloaded: [Int]
-    /// Objects loaded after start-up, by `dlopen` or an audit namespace.
+    /// Objects loaded after start-up, by `dlopen`.
     package let loadedAtRunTime: [Int]
 
-    /// - Parameters:
-    ///   - objects: the loader's list in its order, the program first.
-    package init(_ objects: [(path: String, soname: String, needed: [String])]) {
-        var byName: [String: [Int]] = [:]
-        for (index, object) in objects.enumerated() {
-            for name in Set([Self.fileName(object.path), object.soname]) where !name.isEmpty {
-                byName[name, default: []].append(index)
-            }
-        }
-        func closure(from roots: [Int]) -> Set<Int> {
-            var reached = Set(roots)
-            var queue = roots
-            while let next = queue.popLast() {
-                for name in objects[next].needed {
-                    for index in byName[name] ?? [] where reached.insert(index).inserted { queue.append(index) }
-                }
-            }
-            return reached
-        }
-        guard let program = objects.indices.first else {
+    /// - Parameter objects: the loader's list in its order, the program first.
+    package init(_ objects: [Object]) {
+        guard !objects.isEmpty else {
             preloaded = []
             loadedAtRunTime = []
             return
         }
-        let infrastructure = objects.indices.filter { Self.isLoaderInfrastructure(objects[$0].path) }
-        let asked = closure(from: [program] + infrastructure)
-        // What a preload needs is loaded at start-up too, and may be listed after the program's
-        // last dependency: grow the start-up range until it holds the closure of all it holds.
-        var lastStartUp = asked.max() ?? program
-        var startUp = asked
-        while true {
-            let unasked = (program...lastStartUp).filter { !asked.contains($0) }
-            startUp = asked.union(closure(from: unasked))
-            guard let last = startUp.max(), last > lastStartUp else { break }
-            lastStartUp = last
+        let names = NeededNames(objects)
+        // One walk over the whole list: each object is reached once and each of its needed names
+        // resolved once, however the start-up range grows.
+        var reached = [Bool](repeating: false, count: objects.count)
+        var queue: [Int] = []
+        var lastReached = 0
+        func reach(_ index: Int) {
+            guard !reached[index] else { return }
+            reached[index] = true
+            lastReached = max(lastReached, index)
+            queue.append(index)
         }
-        let unasked = (program...lastStartUp).filter { !asked.contains($0) }
-        // A preload's own dependencies are loaded with it; only what nothing asked for is named.
-        let broughtAlong = closure(from: unasked.flatMap { index in
-            objects[index].needed.flatMap { byName[$0] ?? [] }
-        })
-        preloaded = unasked.filter { !broughtAlong.contains($0) }
-        loadedAtRunTime = Array(objects.indices.dropFirst(lastStartUp + 1))
-    }
-
-    /// The vDSO and the dynamic loader are there before anything asks for them.
-    static func isLoaderInfrastructure(_ path: String) -> Bool {
-        let name = fileName(path)
-        return name.hasPrefix("linux-vdso") || name.hasPrefix("linux-gate") || name.hasPrefix("ld-linux")
+        func drain() {
+            while let next = queue.popLast() {
+                for name in Set(objects[next].needed) { if let index = names.resolve(name) { reach(index) } }
+            }
+        }
+        reach(0)
+        for index in objects.indices where objects[index].isLoaderInfrastructure { reach(index) }
+        drain()
+        let asked = reached
+        var examined = 0
+        // What a preload needs is loaded at start-up too and may be listed after the program's
+        // last dependency: the range grows until it holds all that it reaches.
+        while examined <= lastReached {
+            let end = lastReached
+            for index in examined...end where !reached[index] {
+                reach(index)
+                drain()
+            }
+            examined = end + 1
+        }
+        preloaded = (0...lastReached).filter { !asked[$0] }
+        loadedAtRunTime = Array(objects.indices.dropFirst(lastReached + 1))
     }
 
     static func fileName(_ path: String) -> String {
         path.split(separator: "/", omittingEmptySubsequences: true).last.map(String.init) ?? ""
+    }
+}
+
+/// The loader's answer to a DT_NEEDED name: the first object in list order that carries it as
+/// its soname; an object without a soname answers to its file name, a name with a slash to that
+/// path.
+package struct NeededNames: Sendable {
+    private let objects: [ObjectArrival.Object]
+    private var bySoname: [String: Int] = [:], byFileName: [String: Int] = [:], byPath: [String: Int] = [:]
+
+    package init(_ objects: [ObjectArrival.Object]) {
+        self.objects = objects
+        for (index, object) in objects.enumerated() {
+            if !object.soname.isEmpty {
+                if bySoname[object.soname] == nil { bySoname[object.soname] = index }
+            } else {
+                let name = ObjectArrival.fileName(object.path)
+                if !name.isEmpty && byFileName[name] == nil { byFileName[name] = index }
+            }
+            let path = ObjectPlace.lexicallyNormal(object.path)
+            if byPath[path] == nil { byPath[path] = index }
+        }
+    }
+
+    package func resolve(_ name: String) -> Int? {
+        if name.contains("/") { return byPath[ObjectPlace.lexicallyNormal(name)] }
+        return bySoname[name] ?? byFileName[name]
+    }
+
+    /// `root` and every object its needed names reach, and theirs in turn.
+    package func closure(from root: Int) -> Set<Int> {
+        var reached: Set<Int> = [root]
+        var queue = [root]
+        while let next = queue.popLast() {
+            for name in Set(objects[next].needed) {
+                if let index = resolve(name), reached.insert(index).inserted { queue.append(index) }
+            }
+        }
+        return reached
     }
 }
 

@@ -41,6 +41,26 @@ import Testing
         #expect(!elsewhere.isInstrumented)
     }
 
+    /// A native reading past the bound (an interrupt in the 20 µs of the branches) is taken again
+    /// before it counts, and the process does not keep it; a translator's second reading stays high.
+    @Test func aReadingPastTheBoundCountsOnlyWhenTakenAgain() throws {
+        let memory = CodeSlowdown.Memory()
+        var readings = [Self.cost(fresh: 263_000, reference: 20_000), Self.cost(fresh: 17_000, reference: 20_000)][...]
+        let fluke = try #require(CodeSlowdown.measure(seed: 1, memory: memory) { _ in readings.popFirst() })
+        #expect(fluke.factor == 1 && !fluke.isInstrumented && memory.highest.load(ordering: .relaxed) == 1)
+        readings = [Self.cost(fresh: 20_000_000, reference: 280_000), Self.cost(fresh: 10_000_000, reference: 280_000)][...]
+        let translated = try #require(CodeSlowdown.measure(seed: 2, memory: memory) { _ in readings.popFirst() })
+        #expect(translated.factor == 36 && translated.isInstrumented)
+        var calls = 0
+        _ = CodeSlowdown.measure(seed: 3, memory: .init()) { _ in calls += 1; return Self.cost(fresh: 16_000, reference: 19_000) }
+        #expect(calls == 1, "a native reading is taken once")
+    }
+
+    @Test func aClockThatCannotBeTrustedMeasuresNothing() {
+        #expect(CodeSlowdown(Self.cost(fresh: 5_000, reference: 40_000, resolution: .max / 2), memory: .init()) == nil)
+        #expect(CodeSlowdown(Self.cost(fresh: 5_000, reference: 40_000, resolution: -1), memory: .init()) == nil)
+    }
+
     @Test func timeoutsGrowWithTheSlowdownButNeverPastTheBudget() {
         #expect(Fingerly.scaled(100, by: 1, within: 1200) == 100)
         #expect(Fingerly.scaled(100, by: 5, within: 1200) == 500)

@@ -94,6 +94,7 @@ import Testing
         "instrumentation_port": (.instrumentation, ["net.instrumentation_listeners": .strings(["27042 (frida-server)"])], nil),
         "uprobe_patched_text": (.instrumentation, ["integrity.code_breakpoints": .strings(["read in /lib/libc.so.6"]), "process.tracer_pid": .int(0)], nil),
         "interposed_symbol": (.tampering, ["loader.interposed_symbols": .strings(["open -> /tmp/libhook.so"])], nil),
+        "libc_lookup_failed": (.tampering, ["loader.libc_lookup_failed": .bool(true)], nil),
         "redirected_got_slot": (.tampering, ["loader.redirected_got_slots": .strings(["getenv in the GOT of [main] -> /tmp/inject.so"])], nil),
         "inline_hook": (.tampering, ["integrity.inline_hooks": .strings(["open in /lib/libc.so.6: jmp rel32 trampoline"])], nil),
         "libc_view_mismatch": (.tampering, ["integrity.view_mismatches": .strings(["/proc/self/maps hides /tmp/libhook.so"])], nil),

@@ -209,6 +209,49 @@ import Testing
         #expect(slot.message.contains("getenv in the GOT of [main] -> \(patch)"), "\(slot.message)")
     }
 
+    /// A run-time object rewrites this library's own pointers to dlopen so that every look-up of a
+    /// loaded library fails: the walk of this library's relocations, which asks the loader nothing,
+    /// names the rewrite, and the failed look-up of libc is tampering in its own right.
+    @Test(.enabled(if: installed("gcc"), "gcc is not installed"))
+    func thisLibrarysOwnRewrittenDlopenIsTampering() throws {
+        let host = try InstalledLibrary.compile(try String(contentsOfFile: TestPaths.packageRoot + "/Tests/Fixtures/hooks/got-host.c",
+                                                           encoding: .utf8), name: "got-host-library", extraFlags: "-ldl")
+        let patch = try TestPaths.temporaryDirectory("got-patch-library") + "/libblind.so"
+        let build = try runProcess("/usr/bin/gcc", ["-shared", "-fPIC", "-O1", "-o", patch,
+                                                    TestPaths.packageRoot + "/Tests/Fixtures/hooks/got-patch-library.c"])
+        try #require(build.status == 0, "gcc: \(build.standardError)")
+        let run = try runProcess(host, [patch], environment: try InstalledLibrary.environment())
+        try #require(run.status == 0, "\(run.standardError)")
+        let tampering = try run.decoded(IntegrityResult.self).tampering
+        #expect(tampering.value && tampering.confidence == .high, "\(tampering.reasons)")
+        #expect(tampering.reasons.contains { $0.code == "libc_lookup_failed" }, "\(tampering.reasons)")
+        let slot = try #require(tampering.reasons.first { $0.code == "redirected_got_slot" }, "\(tampering.reasons)")
+        #expect(slot.message.contains("dlopen in the GOT of") && slot.message.contains("libfingerly") && slot.message.contains(patch),
+                "\(slot.message)")
+    }
+
+    /// An extension module with its own bundled TLS library (as wheels ship OpenSSL): its SSL_write
+    /// slot leads into its own dependency, which is no rewrite.
+    @Test(.enabled(if: installed("gcc"), "gcc is not installed"))
+    func aModulesBundledLibraryIsNoRedirection() throws {
+        let host = try InstalledLibrary.compile(try String(contentsOfFile: TestPaths.packageRoot + "/Tests/Fixtures/hooks/got-host.c",
+                                                           encoding: .utf8), name: "got-host-bundled", extraFlags: "-ldl")
+        let directory = try TestPaths.temporaryDirectory("bundled-tls")
+        let hooks = TestPaths.packageRoot + "/Tests/Fixtures/hooks/"
+        for (arguments, what) in [(["-shared", "-fPIC", "-O1", "-Wl,-soname,libprivatessl.so.1", "-o", directory + "/libprivatessl.so.1",
+                                    hooks + "private-tls.c"], "the bundled library"),
+                                   (["-shared", "-fPIC", "-O1", "-o", directory + "/_module.so", hooks + "private-tls-user.c",
+                                     "-L" + directory, "-l:libprivatessl.so.1", "-Wl,-rpath," + directory], "the module")] {
+            let build = try runProcess("/usr/bin/gcc", arguments)
+            try #require(build.status == 0, "gcc, \(what): \(build.standardError)")
+        }
+        let run = try runProcess(host, [directory + "/_module.so"], environment: try InstalledLibrary.environment())
+        try #require(run.status == 0, "\(run.standardError)")
+        let tampering = try run.decoded(IntegrityResult.self).tampering
+        #expect(!tampering.reasons.contains { $0.code == "redirected_got_slot" }, "\(tampering.reasons)")
+        #expect(!tampering.value, "\(tampering.reasons)")
+    }
+
     #if arch(x86_64)
     static let isX86_64 = true
     #else

@@ -8,12 +8,15 @@ import Testing
 /// How an object came in (preloaded before `main` or loaded while the program ran), told from
 /// the loader's list order, and where a run-time object lives.
 @Suite struct ObjectArrivalTests {
-    typealias Object = (path: String, soname: String, needed: [String])
-    static let program: Object = ("[main]", "", ["libm.so.6", "libc.so.6"])
-    static let vdso: Object = ("linux-vdso.so.1", "linux-vdso.so.1", [])
-    static let libm: Object = ("/lib/x86_64-linux-gnu/libm.so.6", "libm.so.6", ["libc.so.6"])
-    static let libc: Object = ("/lib/x86_64-linux-gnu/libc.so.6", "libc.so.6", ["ld-linux-x86-64.so.2"])
-    static let loader: Object = ("/lib64/ld-linux-x86-64.so.2", "ld-linux-x86-64.so.2", [])
+    typealias Object = ObjectArrival.Object
+    static func object(_ path: String, _ soname: String, _ needed: [String], infrastructure: Bool = false) -> Object {
+        Object(path: path, soname: soname, needed: needed, isLoaderInfrastructure: infrastructure)
+    }
+    static let program = object("[main]", "", ["libm.so.6", "libc.so.6"])
+    static let vdso = object("linux-vdso.so.1", "linux-vdso.so.1", [], infrastructure: true)
+    static let libm = object("/lib/x86_64-linux-gnu/libm.so.6", "libm.so.6", ["libc.so.6"])
+    static let libc = object("/lib/x86_64-linux-gnu/libc.so.6", "libc.so.6", ["ld-linux-x86-64.so.2"])
+    static let loader = object("/lib64/ld-linux-x86-64.so.2", "ld-linux-x86-64.so.2", [], infrastructure: true)
 
     @Test func aProgramAndItsDependenciesArriveAtStartUp() {
         let arrival = ObjectArrival([Self.program, Self.vdso, Self.libm, Self.libc, Self.loader])
@@ -23,27 +26,82 @@ import Testing
 
     @Test func anObjectNothingAsksForBeforeTheLastDependencyWasPreloaded() {
         // As glibc lists LD_PRELOAD=/tmp/hook.so, which needs librt: the preload right after the
-        // vDSO, its own dependency after the program's.
-        let hook: Object = ("/tmp/hook.so", "", ["librt.so.1", "libc.so.6"])
-        let librt: Object = ("/lib/x86_64-linux-gnu/librt.so.1", "librt.so.1", ["libc.so.6"])
+        // vDSO, its own dependency after the program's. Both came in with the preload.
+        let hook = Self.object("/tmp/hook.so", "", ["librt.so.1", "libc.so.6"])
+        let librt = Self.object("/lib/x86_64-linux-gnu/librt.so.1", "librt.so.1", ["libc.so.6"])
         let arrival = ObjectArrival([Self.program, Self.vdso, hook, Self.libm, Self.libc, Self.loader, librt])
-        #expect(arrival.preloaded == [2])
+        #expect(arrival.preloaded == [2, 6])
         #expect(arrival.loadedAtRunTime.isEmpty)
+    }
+
+    /// A preload that takes a dependency's file name, an infrastructure name, or names itself as
+    /// needed is still a preload: names resolve to sonames first, as the loader's do, and the vDSO
+    /// and the loader are known by address.
+    @Test(arguments: [
+        ObjectArrivalTests.object("/tmp/x/libc.so.6", "", ["libc.so.6"]),
+        ObjectArrivalTests.object("/tmp/x/ld-linux-x86-64.so.2", "", []),
+        ObjectArrivalTests.object("/tmp/x/linux-vdso.so.1", "", []),
+        ObjectArrivalTests.object("/tmp/x/libself.so", "libself.so", ["libself.so"]),
+    ])
+    func aPreloadCannotPassForADependencyByItsName(_ hook: ObjectArrival.Object) {
+        let arrival = ObjectArrival([Self.program, Self.vdso, hook, Self.libm, Self.libc, Self.loader])
+        #expect(arrival.preloaded == [2], "\(hook.path)")
+    }
+
+    @Test func twoPreloadsThatNeedEachOtherAreBothNamed() {
+        let first = Self.object("/tmp/a.so", "a.so", ["b.so"]), second = Self.object("/tmp/b.so", "b.so", ["a.so"])
+        let arrival = ObjectArrival([Self.program, Self.vdso, first, second, Self.libm, Self.libc, Self.loader])
+        #expect(arrival.preloaded == [2, 3])
+    }
+
+    /// CMake links a library without a soname by its path, and the program's DT_NEEDED then
+    /// carries that path.
+    @Test func aDependencyNeededByItsPathIsNoPreload() {
+        let program = Self.object("[main]", "", ["nosoname/libfoo.so", "libc.so.6"])
+        let foo = Self.object("nosoname/libfoo.so", "", ["libc.so.6"])
+        let arrival = ObjectArrival([program, Self.vdso, foo, Self.libc, Self.loader])
+        #expect(arrival.preloaded.isEmpty)
+    }
+
+    /// A plugin's private copy of a library the program loaded at start-up resolves to nothing
+    /// the program needs: it cannot move the start-up range.
+    @Test func aPrivateCopyLoadedAtRunTimeDoesNotMoveTheBoundary() {
+        let plugin = Self.object("/opt/app/plugins/plugin.so", "", ["libm.so.6"])
+        let copy = Self.object("/opt/app/private/libm.so.6", "libm.so.6", [])
+        let arrival = ObjectArrival([Self.program, Self.vdso, Self.libm, Self.libc, Self.loader, plugin, copy])
+        #expect(arrival.preloaded.isEmpty)
+        #expect(arrival.loadedAtRunTime == [5, 6])
+    }
+
+    /// A list at the probe's limits (1,024 objects, 8,192 needed names) whose start-up range grows
+    /// one object at a time: each preload needs the next, as the reviewer's list did.
+    @Test func aListAtTheLimitsGrowingOneObjectAtATime() {
+        let names = (0..<1024).map { "lib\($0).so" }
+        var objects = [Self.object("[main]", "", [names[1]])]
+        for index in 1..<1024 {
+            objects.append(Self.object("/tmp/\(names[index])", names[index], (0..<8).map { names[min(1023, index + 1 + $0)] }))
+        }
+        // main reaches lib1, which reaches the rest: nothing is a preload, nothing came later.
+        let arrival = ObjectArrival(objects)
+        #expect(arrival.preloaded.isEmpty && arrival.loadedAtRunTime.isEmpty)
+        objects[0] = Self.object("[main]", "", [])
+        let unasked = ObjectArrival(objects + [Self.object("[late]", "late.so", [])])
+        #expect(unasked.preloaded.isEmpty && unasked.loadedAtRunTime.count == 1024)
     }
 
     @Test func whatFollowsTheStartUpObjectsWasLoadedAtRunTime() {
         // Python's extension modules and their own dependencies, and this library through ctypes.
-        let json: Object = ("/usr/lib/python3.11/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so", "", ["libc.so.6"])
-        let ctypes: Object = ("/usr/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so", "", ["libffi.so.8"])
-        let ffi: Object = ("/lib/x86_64-linux-gnu/libffi.so.8", "libffi.so.8", ["libc.so.6"])
+        let json = Self.object("/usr/lib/python3.11/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so", "", ["libc.so.6"])
+        let ctypes = Self.object("/usr/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so", "", ["libffi.so.8"])
+        let ffi = Self.object("/lib/x86_64-linux-gnu/libffi.so.8", "libffi.so.8", ["libc.so.6"])
         let arrival = ObjectArrival([Self.program, Self.vdso, Self.libm, Self.libc, Self.loader, json, ctypes, ffi])
         #expect(arrival.preloaded.isEmpty)
         #expect(arrival.loadedAtRunTime == [5, 6, 7])
     }
 
     @Test func aPreloadAndRunTimeObjectsAreToldApart() {
-        let hook: Object = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "libfaketime.so.1", ["libc.so.6"])
-        let plugin: Object = ("/opt/app/lib/plugins/libcodec.so", "libcodec.so", ["libm.so.6"])
+        let hook = Self.object("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "libfaketime.so.1", ["libc.so.6"])
+        let plugin = Self.object("/opt/app/lib/plugins/libcodec.so", "libcodec.so", ["libm.so.6"])
         let arrival = ObjectArrival([Self.program, Self.vdso, hook, Self.libm, Self.libc, Self.loader, plugin])
         #expect(arrival.preloaded == [2])
         #expect(arrival.loadedAtRunTime == [6])
@@ -51,7 +109,7 @@ import Testing
 
     @Test func aRunTimeObjectThatNeedsAStartUpObjectDoesNotMoveTheBoundary() {
         // A plugin needing libm: libm was loaded at start-up, and stays there in the list.
-        let plugin: Object = ("/tmp/_MEI12345/libplugin.so", "", ["libm.so.6"])
+        let plugin = Self.object("/tmp/_MEI12345/libplugin.so", "", ["libm.so.6"])
         let arrival = ObjectArrival([Self.program, Self.vdso, Self.libm, Self.libc, Self.loader, plugin])
         #expect(arrival.loadedAtRunTime == [5])
         #expect(arrival.preloaded.isEmpty)

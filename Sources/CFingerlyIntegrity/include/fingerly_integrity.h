@@ -36,6 +36,11 @@ typedef struct {
     /// DT_SONAME; empty without one.
     char soname[FINGERLY_OBJECT_NAME_SIZE];
     bool soname_truncated;
+    /// The vDSO or the dynamic loader, told by the addresses the kernel gave (AT_SYSINFO_EHDR,
+    /// AT_BASE), never by a name an object could take.
+    bool is_loader_infrastructure;
+    /// Where the object's segments start: how other listings name the object.
+    uintptr_t range_start;
 } fingerly_loaded_object;
 
 /// One DT_NEEDED entry of a loaded object.
@@ -67,8 +72,9 @@ void fingerly_loaded_objects(fingerly_loaded_object *objects, size_t object_capa
 
 /// Resolves `symbol` twice: through the global scope (RTLD_DEFAULT, what calls really reach)
 /// and inside `library` (dlopen with RTLD_NOLOAD). Writes the objects defining each into the
-/// path buffers (cut to fit, NUL-terminated). Returns 1 when both are the same address, 0 when
-/// they differ, -1 when the library is not loaded or does not define the symbol.
+/// path buffers (cut to fit, NUL-terminated). Returns 1 when both are the same address, 2 when
+/// the program itself defines the symbol, 0 when another object does, -1 when the library is not
+/// loaded or does not define the symbol.
 int fingerly_symbol_origin(const char *symbol, const char *library, const void **global_address,
                            char *global_path, size_t global_capacity, char *library_path, size_t library_capacity);
 
@@ -122,6 +128,10 @@ typedef struct {
     char object[FINGERLY_SLOT_PATH_SIZE];
     /// The object the slot points into; "" for memory no object was loaded from.
     char target[FINGERLY_SLOT_PATH_SIZE];
+    const void *target_address;
+    /// Where the owner's and the target's segments start (0: the target is in no loaded object):
+    /// how the objects are known to fingerly_loaded_objects' `range_start`.
+    uintptr_t owner_start, target_start;
 } fingerly_redirected_slot;
 
 /// Walks the PLT and GLOB_DAT relocations of every loaded object (x86-64 and AArch64) for the
@@ -130,8 +140,21 @@ typedef struct {
 /// -1 when the library is not loaded, -2 on an architecture whose relocations are not read.
 long fingerly_redirected_slots(const char *symbols, const char *library, fingerly_redirected_slot *slots,
                                size_t capacity);
+/// The slots of the object holding this code, for every symbol, whose target is neither in that
+/// object nor in one of the `accepted` objects (by range start) nor where a global lookup of the
+/// symbol lands. Returns how many were found, -1 when this code's object is not listed, -2 as above.
+long fingerly_redirected_own_slots(const uintptr_t *accepted, size_t accepted_count, fingerly_redirected_slot *slots,
+                                   size_t capacity);
+/// Where the segments of the object holding this code start (fingerly_loaded_object's range_start).
+uintptr_t fingerly_own_object_start(void);
 size_t fingerly_redirected_slot_symbol(const fingerly_redirected_slot *slot, const char **text);
 size_t fingerly_redirected_slot_object(const fingerly_redirected_slot *slot, const char **text);
 size_t fingerly_redirected_slot_target(const fingerly_redirected_slot *slot, const char **text);
+
+/// `symbol` inside `library` (a soname already loaded), found through the loader's functions as
+/// they were when this object was loaded; NULL when the library is not loaded or lacks it.
+const void *fingerly_lookup_in_library(const char *library, const char *symbol);
+/// Whether `library` (a soname) is loaded, asked the same way.
+bool fingerly_library_is_loaded(const char *library);
 
 #endif

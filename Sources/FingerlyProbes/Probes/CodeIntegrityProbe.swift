@@ -1,6 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import FingerlyHost
 import FingerlyModel
 
@@ -13,6 +10,10 @@ package struct CodeIntegrityProbe: Probe {
 
     package func collect(into context: ProbeContext) throws(ProbeFailure) {
         guard context.host.isLiveHost else { throw ProbeFailure(.skipped, "inspects this process's code; a root tree has none") }
+        // This process is linked against libc: not finding it means the look-up was falsified.
+        guard ProcessIntegrity.isLoaded(SymbolInterpositionProbe.libc.0) else {
+            throw ProbeFailure(.error, "\(SymbolInterpositionProbe.libc.0) is not found among this process's objects although it is linked against it")
+        }
         var hooks: [String] = []
         var breakpoints: [String] = []
         var checked = 0
@@ -37,12 +38,8 @@ package struct CodeIntegrityProbe: Probe {
     static func functions() -> [(String, UnsafeRawPointer)] {
         var result: [(String, UnsafeRawPointer)] = []
         for (library, symbols) in [SymbolInterpositionProbe.libc, SymbolInterpositionProbe.libssl] {
-            // RTLD_NOLOAD opens no file: it finds a library already mapped, or answers nil. Not a
-            // host read, so it stays outside the host layer; a library not loaded is not an issue.
-            guard let handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD) else { continue }
-            defer { dlclose(handle) }
             for symbol in symbols {
-                if let address = dlsym(handle, symbol) { result.append((symbol, UnsafeRawPointer(address))) }
+                if let address = ProcessIntegrity.definition(of: symbol, in: library) { result.append((symbol, address)) }
             }
         }
         for (name, address) in BreakpointsProbe.watchedEntries() where name != "_r_debug.r_brk" {

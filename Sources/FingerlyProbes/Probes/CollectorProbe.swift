@@ -21,7 +21,7 @@ package struct CollectorProbe: Probe {
 /// runs code new to it (a binary translator), measured before other threads compete for the CPU.
 package struct CollectorStart: Sendable {
     /// nil when it could not be read; never read under a root prefix.
-    let tracerPid: Int?
+    package let tracerPid: Int?
     let tracerComm: String?
     /// nil under a root prefix (the tree is not this process) or when the CPU clock is unusable.
     package var slowdown: CodeSlowdown? = nil

@@ -25,11 +25,15 @@ package struct LoadedObjectsProbe: Probe {
         /// Whether a mapping of `path` is accounted for by a DT_NEEDED name or a known plugin place.
         func explains(_ path: String, soname: String, plugins: [String]) -> Bool {
             let name = ObjectArrival.fileName(path)
-            if path == "[main]" || ObjectArrival.isLoaderInfrastructure(path) { return true }
+            if path == "[main]" || ["linux-vdso", "linux-gate", "ld-linux"].contains(where: name.hasPrefix) { return true }
             return needed.contains(name) || needed.contains(soname) || plugins.contains { path.contains($0) }
         }
 
-        var arrival: ObjectArrival { ObjectArrival(objects.map { ($0.path, $0.soname, $0.needed) }) }
+        var arrival: ObjectArrival {
+            ObjectArrival(objects.map {
+                ObjectArrival.Object(path: $0.path, soname: $0.soname, needed: $0.needed, isLoaderInfrastructure: $0.isLoaderInfrastructure)
+            })
+        }
     }
 
     /// Every object the dynamic loader knows, with the DT_NEEDED names they all ask for.
