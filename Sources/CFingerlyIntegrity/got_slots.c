@@ -96,20 +96,11 @@ static void check_relocations(struct slot_search *search, struct dl_phdr_info *i
         size_t symbol = ELF64_R_SYM(relocations[index].r_info);
         if (symbol == 0) continue;
         const char *name = strings + symbols[symbol].st_name;
-        const void *target = *(const void *const *)(info->dlpi_addr + relocations[index].r_offset);
-        // A weak symbol nobody defines (__gmon_start__) is bound to nothing: no call goes anywhere.
-        if (!target) continue;
-        uintptr_t target_object = object_of(search, target);
-        if (search->only_object) {
-            if (target_object == own_object) continue;
-            bool accepted = false;
-            for (size_t known = 0; known < search->accepted_count && !accepted; known++) {
-                accepted = target_object && target_object == search->accepted[known];
-            }
-            if (accepted) continue;
-        } else {
+        size_t watched = search->name_count;
+        if (!search->only_object) {
+            // The name first: most relocations name no watched symbol, and finding a target's
+            // object costs a scan of every object.
             uint64_t candidates = search->by_first_byte[(unsigned char)name[0]];
-            size_t watched = search->name_count;
             for (; candidates; candidates &= candidates - 1) {
                 size_t index = (size_t)__builtin_ctzll(candidates);
                 if (strncmp(name, search->names[index], search->name_lengths[index]) == 0 &&
@@ -119,10 +110,20 @@ static void check_relocations(struct slot_search *search, struct dl_phdr_info *i
                 }
             }
             if (watched == search->name_count) continue;
-            if (target_object && (target_object == own_object || target_object == search->library_object ||
-                                  target_object == search->global_object[watched])) {
-                continue;
+        }
+        const void *target = *(const void *const *)(info->dlpi_addr + relocations[index].r_offset);
+        // A weak symbol nobody defines (__gmon_start__) is bound to nothing: no call goes anywhere.
+        if (!target) continue;
+        uintptr_t target_object = object_of(search, target);
+        if (target_object && target_object == own_object) continue;
+        if (search->only_object) {
+            bool accepted = false;
+            for (size_t known = 0; known < search->accepted_count && !accepted; known++) {
+                accepted = target_object && target_object == search->accepted[known];
             }
+            if (accepted) continue;
+        } else if (target_object && (target_object == search->library_object || target_object == search->global_object[watched])) {
+            continue;
         }
         long position = search->found++;
         if ((size_t)position >= search->capacity) continue;

@@ -53,7 +53,7 @@ package struct ObjectArrival: Sendable, Hashable {
         }
         func drain() {
             while let next = queue.popLast() {
-                for name in Set(objects[next].needed) { if let index = names.resolve(name) { reach(index) } }
+                for name in objects[next].needed { if let index = names.resolve(name) { reach(index) } }
             }
         }
         reach(0)
@@ -96,13 +96,17 @@ package struct NeededNames: Sendable {
                 let name = ObjectArrival.fileName(object.path)
                 if !name.isEmpty && byFileName[name] == nil { byFileName[name] = index }
             }
+        }
+        // Only a name with a slash is looked up by path, and hardly any program has one.
+        guard objects.contains(where: { $0.needed.contains { $0.utf8.contains(UInt8(ascii: "/")) } }) else { return }
+        for (index, object) in objects.enumerated() {
             let path = ObjectPlace.lexicallyNormal(object.path)
             if byPath[path] == nil { byPath[path] = index }
         }
     }
 
     package func resolve(_ name: String) -> Int? {
-        if name.contains("/") { return byPath[ObjectPlace.lexicallyNormal(name)] }
+        if name.utf8.contains(UInt8(ascii: "/")) { return byPath[ObjectPlace.lexicallyNormal(name)] }
         return bySoname[name] ?? byFileName[name]
     }
 
@@ -111,7 +115,7 @@ package struct NeededNames: Sendable {
         var reached: Set<Int> = [root]
         var queue = [root]
         while let next = queue.popLast() {
-            for name in Set(objects[next].needed) {
+            for name in objects[next].needed {
                 if let index = resolve(name), reached.insert(index).inserted { queue.append(index) }
             }
         }
@@ -164,6 +168,8 @@ package enum ObjectPlace: String, Sendable, CaseIterable {
 
     /// "." and ".." resolved by name, symbolic links left alone; a relative path stays relative.
     static func lexicallyNormal(_ path: String) -> String {
+        // Nearly every path the loader names is normal already, and this runs for each of them.
+        if !path.utf8.contains(UInt8(ascii: ".")) && !path.contains("//") { return path }
         var kept: [Substring] = []
         for component in path.split(separator: "/") where component != "." {
             if component == ".." { _ = kept.popLast() } else { kept.append(component) }
