@@ -42,6 +42,8 @@ struct slot_search {
     uintptr_t library_object;
     struct object_range ranges[FINGERLY_OBJECT_LIMIT];
     size_t range_count;
+    /// More objects than ranges: a target past the last one could not be placed, so nothing is judged.
+    bool ranges_cut;
     /// Set for the own-object walk: only this object's slots are read, for every symbol, and a
     /// target in one of `accepted` (its dependencies and the start-up objects) is in order.
     uintptr_t only_object;
@@ -67,7 +69,11 @@ static struct object_range range_of_object(const struct dl_phdr_info *info) {
 static int collect_range(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size;
     struct slot_search *search = data;
-    if (search->range_count < FINGERLY_OBJECT_LIMIT) search->ranges[search->range_count++] = range_of_object(info);
+    if (search->range_count < FINGERLY_OBJECT_LIMIT) {
+        search->ranges[search->range_count++] = range_of_object(info);
+    } else {
+        search->ranges_cut = true;
+    }
     return 0;
 }
 
@@ -201,6 +207,10 @@ long fingerly_redirected_slots(const char *symbols, const char *library, fingerl
     // Some 16 KiB: on the calling thread's stack, which a probe thread has plenty of.
     struct slot_search search = {.slots = slots, .capacity = capacity};
     fingerly_loader.iterate(collect_range, &search);
+    if (search.ranges_cut) {
+        fingerly_loader.close(handle);
+        return -3;
+    }
     for (const char *name = symbols; *name && search.name_count < FINGERLY_WATCHED_LIMIT;) {
         size_t length = strcspn(name, "\n");
         search.names[search.name_count] = name;
@@ -243,6 +253,7 @@ long fingerly_redirected_own_slots(const uintptr_t *accepted, size_t accepted_co
 #if defined(FINGERLY_JUMP_SLOT)
     struct slot_search search = {.slots = slots, .capacity = capacity, .accepted = accepted, .accepted_count = accepted_count};
     fingerly_loader.iterate(collect_range, &search);
+    if (search.ranges_cut) return -3;
     search.only_object = object_of(&search, (const void *)&fingerly_redirected_own_slots);
     if (!search.only_object) return -1;
     fingerly_loader.iterate(search_object, &search);

@@ -122,10 +122,13 @@ package enum ProcessIntegrity {
 
     /// Redirected slots reported at most; more are counted.
     package static let redirectedSlotLimit = 16
+    /// `found` when more objects are loaded than a walk places (fingerly_redirected_slots' -3).
+    package static let tooManyObjects = -3
 
     /// The GOT slots of every loaded object that send one of `symbols` somewhere else than the
     /// object itself, `library` or a global lookup's answer; nil when `library` is not loaded or
-    /// this architecture's relocations are not read. `found` counts past the limit.
+    /// this architecture's relocations are not read. `found` counts past the limit, and is
+    /// `tooManyObjects` when more objects are loaded than the walk can place.
     package static func redirectedSlots(of symbols: [String], in library: String) -> (slots: [RedirectedSlot], found: Int)? {
         slots { fingerly_redirected_slots(symbols.joined(separator: "\n"), library, $0, $1) }
     }
@@ -148,6 +151,7 @@ package enum ProcessIntegrity {
             found = count
             written = count > 0 ? min(count, buffer.count) : 0
         }
+        if found == tooManyObjects { return ([], tooManyObjects) }
         guard found >= 0 else { return nil }
         let redirected = slots.withUnsafeBufferPointer { entries in
             entries.indices.map { index in

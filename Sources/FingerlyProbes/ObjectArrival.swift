@@ -31,18 +31,26 @@ package struct ObjectArrival: Sendable, Hashable {
     package let preloaded: [Int]
     /// Objects loaded after start-up, by `dlopen`.
     package let loadedAtRunTime: [Int]
+    /// Sonames that two objects loaded at start-up both carry: the loader resolves a name to one
+    /// object, so at start-up a second can only come in by path, as a preload that took a
+    /// dependency's soname and loads the real one behind it does.
+    package let duplicateSonames: [String]
 
     /// - Parameter objects: the loader's list in its order, the program first.
     package init(_ objects: [Object]) {
         guard !objects.isEmpty else {
             preloaded = []
             loadedAtRunTime = []
+            duplicateSonames = []
             return
         }
         let names = NeededNames(objects)
         // One walk over the whole list: each object is reached once and each of its needed names
         // resolved once, however the start-up range grows.
         var reached = [Bool](repeating: false, count: objects.count)
+        // The first object in list order that needs each one: the loader places a dependency after
+        // the first object that asks for it, and only a preload can stand before all of them.
+        var firstNeeder = [Int?](repeating: nil, count: objects.count)
         var queue: [Int] = []
         var lastReached = 0
         func reach(_ index: Int) {
@@ -53,7 +61,11 @@ package struct ObjectArrival: Sendable, Hashable {
         }
         func drain() {
             while let next = queue.popLast() {
-                for name in objects[next].needed { if let index = names.resolve(name) { reach(index) } }
+                for name in objects[next].needed {
+                    guard let index = names.resolve(name) else { continue }
+                    if index != next { firstNeeder[index] = min(firstNeeder[index] ?? next, next) }
+                    reach(index)
+                }
             }
         }
         reach(0)
@@ -71,8 +83,22 @@ package struct ObjectArrival: Sendable, Hashable {
             }
             examined = end + 1
         }
-        preloaded = (0...lastReached).filter { !asked[$0] }
+        // A "dependency" listed before every object that needs it came in first: a preload that
+        // took the name of a library the program's libraries need. (The program's own needs
+        // cannot be told so: it stands first.)
+        preloaded = (0...lastReached).filter { index in
+            guard asked[index] else { return true }
+            guard index > 0, !objects[index].isLoaderInfrastructure, let needer = firstNeeder[index] else { return false }
+            return needer > index
+        }
         loadedAtRunTime = Array(objects.indices.dropFirst(lastReached + 1))
+        var holders: [String: Int] = [:]
+        var duplicates: [String] = []
+        for index in 0...lastReached where !objects[index].soname.isEmpty {
+            holders[objects[index].soname, default: 0] += 1
+            if holders[objects[index].soname] == 2 { duplicates.append(objects[index].soname) }
+        }
+        duplicateSonames = duplicates
     }
 
     static func fileName(_ path: String) -> String {

@@ -99,6 +99,7 @@ import Testing
         "inline_hook": (.tampering, ["integrity.inline_hooks": .strings(["open in /lib/libc.so.6: jmp rel32 trampoline"])], nil),
         "libc_view_mismatch": (.tampering, ["integrity.view_mismatches": .strings(["/proc/self/maps hides /tmp/libhook.so"])], nil),
         "object_mapped_without_loader": (.tampering, ["loader.objects_mapped_without_loader": .strings(["/dev/shm/x.so"])], nil),
+        "duplicate_soname": (.tampering, ["loader.duplicate_sonames": .strings(["libsqlite3.so.0: /tmp/x/libsqlite3.so.0, /lib/libsqlite3.so.0"])], nil),
         "preloaded_object": (.tampering, ["loader.preloaded_objects": .strings(["/tmp/libhook.so"])], nil),
         // A place is a clue only beside stronger evidence.
         "runtime_object_in_unusual_place": (.tampering, ["loader.runtime_objects_in_unusual_places": .strings(["temporary: /tmp/x.so"]),

@@ -48,6 +48,23 @@ import Testing
         #expect(arrival.preloaded == [2], "\(hook.path)")
     }
 
+    /// A preload that takes the soname of a library the program's libraries need, and loads the
+    /// real one by path: the loader answers the name with the preload, but it stands before the
+    /// library that needs it, and two start-up objects carry one soname.
+    @Test func aPreloadThatTakesADependencysSonameIsNamed() {
+        let program = Self.object("[main]", "", ["libfingerly.so.0", "libc.so.6"])
+        let impostor = Self.object("/tmp/x/libsqlite3.so.0", "libsqlite3.so.0", ["/tmp/x/real/libsqlite3.so.0", "libc.so.6"])
+        let fingerly = Self.object("/opt/lib/libfingerly.so.0", "libfingerly.so.0", ["libsqlite3.so.0", "libc.so.6"])
+        let real = Self.object("/tmp/x/real/libsqlite3.so.0", "libsqlite3.so.0", ["libc.so.6"])
+        let arrival = ObjectArrival([program, Self.vdso, impostor, fingerly, Self.libc, Self.loader, real])
+        #expect(arrival.preloaded == [2])
+        #expect(arrival.duplicateSonames == ["libsqlite3.so.0"])
+        // As the loader lists the same program without the impostor: nothing to name.
+        let plain = ObjectArrival([program, Self.vdso, fingerly, Self.libc, Self.loader,
+                                   Self.object("/lib/x86_64-linux-gnu/libsqlite3.so.0", "libsqlite3.so.0", ["libc.so.6"])])
+        #expect(plain.preloaded.isEmpty && plain.duplicateSonames.isEmpty)
+    }
+
     @Test func twoPreloadsThatNeedEachOtherAreBothNamed() {
         let first = Self.object("/tmp/a.so", "a.so", ["b.so"]), second = Self.object("/tmp/b.so", "b.so", ["a.so"])
         let arrival = ObjectArrival([Self.program, Self.vdso, first, second, Self.libm, Self.libc, Self.loader])

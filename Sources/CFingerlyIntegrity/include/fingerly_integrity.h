@@ -137,7 +137,8 @@ typedef struct {
 /// Walks the PLT and GLOB_DAT relocations of every loaded object (x86-64 and AArch64) for the
 /// newline-separated `symbols`, which `library` (a soname, already loaded) defines. Writes up to
 /// `capacity` redirected slots and returns how many were found (possibly more than written), or
-/// -1 when the library is not loaded, -2 on an architecture whose relocations are not read.
+/// -1 when the library is not loaded, -2 on an architecture whose relocations are not read, -3 when
+/// more than 1,024 objects are loaded (a target past them could not be placed: nothing is judged).
 long fingerly_redirected_slots(const char *symbols, const char *library, fingerly_redirected_slot *slots,
                                size_t capacity);
 /// The slots of the object holding this code, for every symbol, whose target is neither in that

@@ -53,6 +53,10 @@ package struct LoadedObjectsProbe: Probe {
         let arrival = loaded.arrival
         context.emit("loader.object_count", objects.count)
         context.emit("loader.preloaded_objects", arrival.preloaded.map { objects[$0].path })
+        let startUp = objects.indices.dropLast(arrival.loadedAtRunTime.count)
+        context.emit("loader.duplicate_sonames", arrival.duplicateSonames.map { soname in
+            "\(soname): " + startUp.filter { objects[$0].soname == soname }.map { objects[$0].path }.joined(separator: ", ")
+        })
 
         let program = context.attemptIfPresent { () throws(HostReadError) in try host.readLink("/proc/self/exe") }
         var places: Set<ObjectPlace> = []

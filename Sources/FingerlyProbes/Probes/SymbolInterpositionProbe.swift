@@ -52,7 +52,9 @@ package struct SymbolInterpositionProbe: Probe {
             "\(slot.symbol) in the GOT of \(slot.object) -> \(slot.target.isEmpty ? "unnamed memory" : slot.target)"
         }
         func note(_ found: Int, _ named: Int, _ whose: String) {
-            if found > named { context.recordMalformed("GOT of loaded objects", "\(found) redirected slots \(whose); the first \(named) are named") }
+            if found == ProcessIntegrity.tooManyObjects {
+                context.recordMalformed("GOT of loaded objects", "more than 1,024 objects are loaded: the slots \(whose) were not judged")
+            } else if found > named { context.recordMalformed("GOT of loaded objects", "\(found) redirected slots \(whose); the first \(named) are named") }
         }
         var redirected: [String] = []
         for (library, symbols) in [Self.libc, Self.libssl] {
