@@ -3,6 +3,7 @@ import Testing
 @testable import Fingerly
 @testable import FingerlyHost
 @testable import FingerlyModel
+@testable import FingerlyPolicy
 @testable import FingerlyProbes
 
 /// The fresh-code slowdown: what it computes from a measurement, what it remembers, what it does
@@ -59,6 +60,16 @@ import Testing
     @Test func aClockThatCannotBeTrustedMeasuresNothing() {
         #expect(CodeSlowdown(Self.cost(fresh: 5_000, reference: 40_000, resolution: .max / 2), memory: .init()) == nil)
         #expect(CodeSlowdown(Self.cost(fresh: 5_000, reference: 40_000, resolution: -1), memory: .init()) == nil)
+    }
+
+    /// The bound above which timeouts grow is the policy's bound for the verdict.
+    @Test func theTimeoutBoundIsThePolicysBound() throws {
+        let rules = try #require(Policy.embedded().verdicts[.instrumentation]?.rules)
+        let rule = try #require(rules.first { $0.id == "code_translation_slowdown" })
+        guard case .greaterThan(let bound)? = rule.conditions.first?.test else {
+            Issue.record("code_translation_slowdown is not a greaterThan rule"); return
+        }
+        #expect(bound == CodeSlowdown.instrumentedFactor)
     }
 
     @Test func timeoutsGrowWithTheSlowdownButNeverPastTheBudget() {

@@ -100,7 +100,8 @@ size_t fingerly_needed_library_name(const fingerly_needed_library *needed, const
 typedef struct {
     /// CPU time (CLOCK_THREAD_CPUTIME_ID) of 1,024 data-dependent branches, each its own block.
     int64_t blocks_cpu_ns;
-    /// CPU time of FINGERLY_CHAIN_ROUNDS dependent multiply-adds in one loop.
+    /// CPU time of FINGERLY_CHAIN_ROUNDS dependent multiply-adds in one loop: twice the cheaper of
+    /// two halves, one run before the branches and one after.
     int64_t chain_cpu_ns;
     /// Wall-clock time of both.
     int64_t wall_ns;
