@@ -39,8 +39,10 @@ extension Fingerly {
         }
         // A tracer stops every thread in turn, so more threads only queue behind each other, and
         // each one still running at the deadline keeps the tracer busy while the caller waits.
-        let concurrency = (start.tracerPid ?? 0) > 0 ? 1 : schedule.concurrency
-        var entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: concurrency).run(jobs, in: environment, startedAt: started)
+        let traced = (start.tracerPid ?? 0) > 0
+        let concurrency = traced ? 1 : schedule.concurrency
+        var entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: concurrency)
+            .run(jobs, in: environment, startedAt: started, slowedDown: traced || start.slowdown?.isInstrumented == true)
         entries += prefetched?.entries ?? []
         if options.frozenClock != nil { entries = entries.map(\.withoutDuration) }
         for entry in entries where entry.status != .ok && entry.status != .skipped {

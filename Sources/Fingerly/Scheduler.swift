@@ -37,8 +37,13 @@ struct Scheduler: Sendable {
     /// How many of its slowest turns the coordinator keeps back from the budget to finish in.
     static let reservedTurns = 8.0
 
-    /// - Parameter startedAt: when the caller's budget began (monotonic ms); defaults to now.
-    func run(_ jobs: [ScheduledProbe], in environment: ProbeEnvironment, startedAt: Double = monotonicMilliseconds()) -> [ProbeEntry] {
+    /// - Parameters:
+    ///   - startedAt: when the caller's budget began (monotonic ms); defaults to now.
+    ///   - slowedDown: a tracer or a translator was seen before the run: preparing it took as long as
+    ///     finishing will, and that time is kept back. Otherwise a first call's one-time costs (an
+    ///     installation secret written and synced) would cut its probes' time for nothing.
+    func run(_ jobs: [ScheduledProbe], in environment: ProbeEnvironment, startedAt: Double = monotonicMilliseconds(),
+             slowedDown: Bool = false) -> [ProbeEntry] {
         let budgetDeadline = startedAt + Double(budgetMs)
         let finished = Mutex<[Int: ProbeEntry]>([:])
         let wakeUp = DispatchSemaphore(value: 0)
@@ -52,10 +57,11 @@ struct Scheduler: Sendable {
 
         // What finishing costs: after the last probe the coordinator still builds the entries, and
         // the caller the report. The run keeps that back from the budget, up to half of it, and ends
-        // that much early. Two estimates, whichever is larger: what preparing the run took before
-        // any probe started (under ltrace, which stops every library call, 650 ms; natively about a
-        // millisecond), and a few of this loop's slowest turns (under ltrace 10-30 ms each).
-        var reserveMs = min(Double(budgetMs) / 2, max(0, monotonicMilliseconds() - startedAt))
+        // that much early. Two estimates, whichever is larger: in a slowed-down process, what
+        // preparing the run took before any probe started (under ltrace, which stops every library
+        // call, 650 ms), and a few of this loop's slowest turns (under ltrace 10-30 ms each;
+        // natively tens of microseconds).
+        var reserveMs = slowedDown ? min(Double(budgetMs) / 2, max(0, monotonicMilliseconds() - startedAt)) : 0
         var runDeadline: Double { budgetDeadline - reserveMs }
 
         while true {
