@@ -37,11 +37,8 @@ extension Fingerly {
                 jobs.append(job)
             }
         }
-        // A tracer stops every thread in turn, so more threads only queue behind each other, and
-        // each one still running at the deadline keeps the tracer busy while the caller waits.
         let traced = (start.tracerPid ?? 0) > 0
-        let concurrency = traced ? 1 : schedule.concurrency
-        var entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: concurrency)
+        var entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: schedule.concurrency)
             .run(jobs, in: environment, startedAt: started, slowedDown: traced || start.slowdown?.isInstrumented == true)
         entries += prefetched?.entries ?? []
         if options.frozenClock != nil { entries = entries.map(\.withoutDuration) }
