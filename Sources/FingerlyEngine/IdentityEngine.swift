@@ -11,11 +11,14 @@ package struct EngineAnswer: Sendable, Hashable {
     package let status: Int
     package let body: [UInt8]
     package let code: String?
+    /// Members of the body no type reads, dropped from the event this answer stored (`/metrics`).
+    package let unknownMembersDropped: Int
 
-    package init(status: Int, body: [UInt8], code: String?) {
+    package init(status: Int, body: [UInt8], code: String?, unknownMembersDropped: Int = 0) {
         self.status = status
         self.body = body
         self.code = code
+        self.unknownMembersDropped = unknownMembersDropped
     }
 }
 
@@ -32,7 +35,7 @@ package struct VisitorSummary: Codable, Sendable, Hashable {
 }
 
 /// What `GET /v1/events/{requestId}` answers (docs/api.md): the identify answer as first
-/// stored, when it arrived, the report's tag, the signature facts and the report as sent.
+/// stored, when it arrived, the report's tag, the signature facts and the report as judged.
 package struct StoredEvent: Codable, Sendable {
     package struct Signature: Codable, Sendable, Hashable {
         package let verified: Bool
@@ -80,7 +83,7 @@ package final class IdentityEngine: Sendable {
     package init(store: any IdentityStore, policy: Policy) {
         self.store = store
         self.policy = policy
-        verdictEngine = VerdictEngine(policy: policy, catalogue: .embedded)
+        verdictEngine = VerdictEngine(policy: policy, catalogue: .embedded, absence: .missingEvidence)
         writer = AnswerWriter(policyName: policy.name)
     }
 
@@ -220,9 +223,11 @@ package final class IdentityEngine: Sendable {
                          deviceKeyID: String?, signatureVerified: Bool, now: Int64) -> EngineAnswer {
         // 2. The body.
         let submission: SubmissionBody
-        let reportRange: Range<Int>?
+        let unknownMembers: Int
         do {
-            (submission, reportRange) = try SubmissionBody.decode(body)
+            (submission, _, unknownMembers) = try SubmissionBody.decode(body)
+        } catch let duplicate as DuplicateMember {
+            return .error(400, "duplicate_member", "Member '\(duplicate.path)' is given twice; readers disagree on which one counts.")
         } catch let error as DecodingError {
             return .badRequest(EngineWire.decodingMessage(error))
         } catch {
@@ -240,14 +245,9 @@ package final class IdentityEngine: Sendable {
         let verdicts = Verdicts(verdictEngine.evaluate(report))
         let assessment = policy.suspect?.assess(verdicts)
         let observed = ObservedIdentity(report: report)
-        let rawReport: [UInt8]
-        if let reportRange {
-            rawReport = Array(body[reportRange])
-        } else if let raw = EngineWire.rawReport(in: body) {
-            rawReport = Array(raw)
-        } else if let encoded = try? JSONEncoder.fingerly.encode(report) {
-            rawReport = Array(encoded)
-        } else {
+        // What is stored is what was judged, in the canonical form: a member given twice never
+        // gets here, and one no type reads is not kept (storage at the sender's pace otherwise).
+        guard let judgedReport = try? JSONEncoder.fingerly.encode(report) else {
             return .error(500, "internal", "The report could not be encoded.")
         }
         let verdictsJSON = AnswerWriter.verdicts(verdicts)
@@ -308,12 +308,12 @@ package final class IdentityEngine: Sendable {
                 let answerBytes = self.writer.answer(answer, verdicts: verdictsJSON)
                 let document = self.writer.event(answer, verdicts: verdictsJSON, receivedAt: now, tag: report.tag,
                                                  signature: StoredEvent.Signature(verified: signatureVerified, keyId: deviceKeyID),
-                                                 report: rawReport)
+                                                 report: Array(judgedReport))
                 try tx.insertEvent(EventRecord(requestId: requestId, organization: organization, visitorId: visitor.id,
                                                receivedAt: now, document: document))
                 try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: bodyHash, state: .complete,
                                                         response: answerBytes, status: 200, createdAt: createdAt, updatedAt: now))
-                return EngineAnswer(status: 200, body: answerBytes, code: nil)
+                return EngineAnswer(status: 200, body: answerBytes, code: nil, unknownMembersDropped: unknownMembers)
             }
         } catch {
             return .storeFailure(error)

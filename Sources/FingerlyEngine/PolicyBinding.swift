@@ -24,8 +24,8 @@ extension PolicyLoader {
 }
 
 extension VerdictEngine {
-    package init(policy: Policy, catalogue: ProbeCatalogue) {
-        self.init(policy: policy, signalOwners: catalogue.signalOwners, probeTiers: catalogue.probeTiers)
+    package init(policy: Policy, catalogue: ProbeCatalogue, absence: Absence = .askedFor) {
+        self.init(policy: policy, signalOwners: catalogue.signalOwners, probeTiers: catalogue.probeTiers, absence: absence)
     }
 }
 

@@ -1,13 +1,26 @@
 import FoundationEssentials
 
 extension SubmissionBody {
+    /// A decoded body: the value, the byte range of the `report` member's value when the fast
+    /// reader found it, and how many members no type reads (dropped: never judged, never stored).
+    package typealias Decoded = (body: SubmissionBody, reportRange: Range<Int>?, unknownMembers: Int)
+
     /// Decodes a `POST /v1/identify` body: with `SubmissionReader` when the body is in the form
     /// this library writes, else with JSONDecoder, which decides what is valid and names the
-    /// failing field. Either way the value is the one JSONDecoder gives. Also returns the byte
-    /// range of the `report` member's value when the fast reader found it.
-    package static func decode(_ body: [UInt8]) throws -> (body: SubmissionBody, reportRange: Range<Int>?) {
+    /// failing field. Either way the value is the one JSONDecoder gives. A member name given
+    /// twice in any object throws `DuplicateMember`: JSONDecoder keeps the first, other
+    /// readers the last, and the server must judge what they all read.
+    package static func decode(_ body: [UInt8]) throws -> Decoded {
+        // The fast reader declines any duplicate, so only its fall-back needs the scan.
         if let read = SubmissionReader.read(body) { return read }
-        return (try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(body)), nil)
+        let scanned = try MemberScan.unknownMembers(in: body)
+        let decoded = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(body))
+        // JSONDecoder took a body the scan could not follow: which members it read, and how
+        // often, is unknown, so it is not judged.
+        guard let unknownMembers = scanned else {
+            throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "not JSON this server can check"))
+        }
+        return (decoded, nil, unknownMembers)
     }
 }
 
@@ -16,7 +29,7 @@ extension SubmissionBody {
 /// perf). It accepts a strict subset of what JSONDecoder accepts and gives the same value, which
 /// the fuzz harness `submission-reader` checks; for anything outside the subset it gives nil
 /// and the caller falls back to JSONDecoder. Outside the subset: a byte-order mark, escapes or
-/// non-ASCII in member names of the report's types, a duplicate member, an integer with a
+/// non-ASCII in member names, a duplicate member (known or not), an integer with a
 /// fraction, an exponent or more than 18 digits, a number after a value that is not one of
 /// JSON's, a date other than `YYYY-MM-DDTHH:MM:SSZ` in 2000–2999, invalid UTF-8, a lone
 /// surrogate, a control character in a string, and nesting deeper than `depthLimit`.
@@ -33,10 +46,15 @@ package struct SubmissionReader {
     private let bytes: UnsafeBufferPointer<UInt8>
     private var index = 0
     private var depth = 0
+    /// Names of the object being read that no type reads, made on the first: a duplicate of one
+    /// is a deviation as well (known names are read `once`), and a body without any pays nothing.
+    private var skippedNames: Set<String>?
+    /// Members where a type is read that it does not know: dropped, never stored.
+    private var unknownMembers = 0
 
     private init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
-    package static func read(_ body: [UInt8]) -> (body: SubmissionBody, reportRange: Range<Int>?)? {
+    package static func read(_ body: [UInt8]) -> SubmissionBody.Decoded? {
         body.withUnsafeBufferPointer { buffer in
             var reader = SubmissionReader(bytes: buffer)
             do throws(Deviation) {
@@ -51,12 +69,12 @@ package struct SubmissionReader {
                         let start = reader.index
                         try reader.once(&report) { (reader: inout SubmissionReader) throws(Deviation) in try reader.signalReport() }
                         reportRange = start..<reader.index
-                    default: try reader.skipValue()
+                    default: try reader.skipUnknownMember(name)
                     }
                 }
                 reader.skipWhitespace()
                 guard reader.index == buffer.count, let client, let report else { return nil }
-                return (SubmissionBody(client: client, report: report), reportRange)
+                return (SubmissionBody(client: client, report: report), reportRange, reader.unknownMembers)
             } catch {
                 return nil
             }
@@ -72,7 +90,7 @@ package struct SubmissionReader {
             case "proxy": try reader.once(&proxy) { (reader: inout SubmissionReader) throws(Deviation) in try reader.bool() }
             case "sdk": try reader.once(&sdk) { (reader: inout SubmissionReader) throws(Deviation) in try reader.string() }
             case "version": try reader.once(&version) { (reader: inout SubmissionReader) throws(Deviation) in try reader.string() }
-            default: try reader.skipValue()
+            default: try reader.skipUnknownMember(name)
             }
         }
         guard let proxy, let sdk, let version else { throw Deviation() }
@@ -98,7 +116,7 @@ package struct SubmissionReader {
             case "identifierKeying": try reader.once(&keying) { (reader: inout SubmissionReader) throws(Deviation) in try reader.optional { (reader: inout SubmissionReader) throws(Deviation) in try reader.raw(IdentifierKeying.self) } }
             case "freeText": try reader.once(&freeText) { (reader: inout SubmissionReader) throws(Deviation) in try reader.optional { (reader: inout SubmissionReader) throws(Deviation) in try reader.raw(FreeTextHandling.self) } }
             case "prefetchedAgeMs": try reader.once(&prefetchedAgeMs) { (reader: inout SubmissionReader) throws(Deviation) in try reader.optional { (reader: inout SubmissionReader) throws(Deviation) in try reader.real() } }
-            default: try reader.skipValue()
+            default: try reader.skipUnknownMember(name)
             }
         }
         guard let schemaVersion, let collectorVersion, let collectedAt, let root, let tiers, let budgetMs, let elapsedMs,
@@ -122,7 +140,7 @@ package struct SubmissionReader {
             case "issues": try reader.once(&issues) { (reader: inout SubmissionReader) throws(Deviation) in try reader.array { (reader: inout SubmissionReader) throws(Deviation) in try reader.sourceIssue() } }
             case "signals": try reader.once(&signals) { (reader: inout SubmissionReader) throws(Deviation) in try reader.signalMap() }
             case "identityComponents": try reader.once(&components) { (reader: inout SubmissionReader) throws(Deviation) in try reader.array { (reader: inout SubmissionReader) throws(Deviation) in try reader.identityComponent() } }
-            default: try reader.skipValue()
+            default: try reader.skipUnknownMember(name)
             }
         }
         guard let id, let tier, let status, let durationMs, let issues, let signals, let components else { throw Deviation() }
@@ -137,7 +155,7 @@ package struct SubmissionReader {
             case "path": try reader.once(&path) { (reader: inout SubmissionReader) throws(Deviation) in try reader.string() }
             case "status": try reader.once(&status) { (reader: inout SubmissionReader) throws(Deviation) in try reader.raw(ProbeStatus.self) }
             case "detail": try reader.once(&detail) { (reader: inout SubmissionReader) throws(Deviation) in try reader.string() }
-            default: try reader.skipValue()
+            default: try reader.skipUnknownMember(name)
             }
         }
         guard let path, let status, let detail else { throw Deviation() }
@@ -152,7 +170,7 @@ package struct SubmissionReader {
             case "name": try reader.once(&name) { (reader: inout SubmissionReader) throws(Deviation) in try reader.string() }
             case "hash": try reader.once(&hash) { (reader: inout SubmissionReader) throws(Deviation) in try reader.string() }
             case "worldReadable": try reader.once(&worldReadable) { (reader: inout SubmissionReader) throws(Deviation) in try reader.bool() }
-            default: try reader.skipValue()
+            default: try reader.skipUnknownMember(member)
             }
         }
         guard let scope, let name, let hash, let worldReadable else { throw Deviation() }
@@ -171,7 +189,7 @@ package struct SubmissionReader {
             case "hardwareComponents": try reader.once(&hardwareComponents) { (reader: inout SubmissionReader) throws(Deviation) in try reader.strings() }
             case "instanceComponents": try reader.once(&instanceComponents) { (reader: inout SubmissionReader) throws(Deviation) in try reader.strings() }
             case "rootOnlyEvidence": try reader.once(&rootOnlyEvidence) { (reader: inout SubmissionReader) throws(Deviation) in try reader.strings() }
-            default: try reader.skipValue()
+            default: try reader.skipUnknownMember(name)
             }
         }
         guard let hardwareIdVersion, let instanceIdVersion, let hardwareComponents, let instanceComponents,
@@ -223,7 +241,12 @@ package struct SubmissionReader {
         skipWhitespace()
         try expect(UInt8(ascii: "{"))
         try nest()
-        defer { depth -= 1 }
+        let outerNames = skippedNames
+        skippedNames = nil
+        defer {
+            depth -= 1
+            skippedNames = outerNames
+        }
         skipWhitespace()
         if try take(UInt8(ascii: "}")) { return }
         repeat {
@@ -277,13 +300,26 @@ package struct SubmissionReader {
         guard depth <= Self.depthLimit else { throw Deviation() }
     }
 
+    /// A member of a typed object that its type does not read: counted, and skipped.
+    private mutating func skipUnknownMember(_ name: String) throws(Deviation) {
+        unknownMembers += 1
+        try skipMember(name)
+    }
+
+    /// A member no type reads, whose name must still be given once.
+    private mutating func skipMember(_ name: String) throws(Deviation) {
+        if skippedNames == nil { skippedNames = [] }
+        guard skippedNames!.insert(name).inserted else { throw Deviation() }
+        try skipValue()
+    }
+
     /// A value no type reads, checked as strictly as one that is read.
     private mutating func skipValue() throws(Deviation) {
         skipWhitespace()
         guard index < bytes.count else { throw Deviation() }
         switch bytes[index] {
         case UInt8(ascii: "{"):
-            try object { (reader: inout SubmissionReader, _: String) throws(Deviation) in try reader.skipValue() }
+            try object { (reader: inout SubmissionReader, name: String) throws(Deviation) in try reader.skipMember(name) }
         case UInt8(ascii: "["):
             _ = try array { (reader: inout SubmissionReader) throws(Deviation) in try reader.skipValue() }
         case UInt8(ascii: "\""): _ = try string()

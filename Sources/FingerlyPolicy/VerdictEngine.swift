@@ -20,13 +20,26 @@ package struct VerdictEngine {
     /// Signal name -> the id of the probe that reports it.
     package let owners: [String: String]
     private let compiled: CompiledPolicy
+    private let absence: Absence
+
+    /// What a probe absent from a report of a tier it declares means.
+    package enum Absence: Sendable {
+        /// The caller asked for only some probes (`checkIntegrity`): nothing, only a tier the
+        /// report leaves out is missing evidence.
+        case askedFor
+        /// A submitted report, whose sender may leave out whatever would count against it: every
+        /// absent probe a verdict reads is missing evidence, exactly as one reported `denied`.
+        /// The collector reports every probe of the tiers it ran, so an honest report loses nothing.
+        case missingEvidence
+    }
 
     /// `probeTiers` names the tier of every probe in `signalOwners`: a probe absent from a report
     /// whose tiers leave out its tier did not run, and a verdict that reads it says so.
-    package init(policy: Policy, signalOwners: [String: String], probeTiers: [String: Tier]) {
+    package init(policy: Policy, signalOwners: [String: String], probeTiers: [String: Tier], absence: Absence = .askedFor) {
         self.policy = policy
         owners = signalOwners
         compiled = CompiledPolicy(policy, owners: signalOwners, tiers: probeTiers)
+        self.absence = absence
     }
 
     package func evaluate(_ report: SignalReport) -> [VerdictName: Verdict] {
@@ -80,6 +93,14 @@ package struct VerdictEngine {
                             + "which this run did not include; its evidence is missing"
                         missing.append(MissingEvidence(probe: probe, status: .skipped, message: BoundedText.bounded(
                             message, limit: Self.missingEvidenceMessageLimit)))
+                    } else if absence == .missingEvidence {
+                        // Whatever tiers the report declares (none, or not this probe's): a
+                        // probe that is not there gave no evidence, and its absence never reads
+                        // cleaner than its denial.
+                        let probe = compiled.probeIds[slot]
+                        missing.append(MissingEvidence(probe: probe, status: .skipped, message: BoundedText.bounded(
+                            "probe '\(probe)' is not in the report; its evidence is missing",
+                            limit: Self.missingEvidenceMessageLimit)))
                     }
                     continue
                 }

@@ -14,6 +14,7 @@ package final class ServerMetrics: Sendable {
         var aborted = 0
         var storeErrors = 0
         var signatures: [String: Int] = [:]
+        var unknownMembersDropped = 0
     }
 
     private let state = Mutex(State())
@@ -36,6 +37,11 @@ package final class ServerMetrics: Sendable {
 
     /// `verified`, `unsigned`, or the reason a signature was refused.
     package func signature(_ outcome: String) { state.withLock { $0.signatures[outcome, default: 0] += 1 } }
+
+    /// Members of a stored submission that no type reads: dropped, never stored.
+    package func unknownMembersDropped(_ count: Int) {
+        state.withLock { $0.unknownMembersDropped &+= count }
+    }
 
     package var storeErrors: Int { state.withLock { $0.storeErrors } }
 
@@ -75,6 +81,9 @@ package final class ServerMetrics: Sendable {
             for (outcome, count) in state.signatures.sorted(by: { $0.key < $1.key }) {
                 lines.append("fingerly_identify_signatures_total{outcome=\"\(outcome)\"} \(count)")
             }
+            lines.append("# HELP fingerly_unknown_members_dropped_total Members of stored submissions that no field reads, dropped.")
+            lines.append("# TYPE fingerly_unknown_members_dropped_total counter")
+            lines.append("fingerly_unknown_members_dropped_total \(state.unknownMembersDropped)")
             return lines.joined(separator: "\n") + "\n"
         }
     }

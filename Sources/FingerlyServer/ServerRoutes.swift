@@ -127,6 +127,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         if signatureJudged, let outcome = signing.metric { metrics.signature(outcome) }
         if let refusal { return refusal }
         if answer.status >= 500 { metrics.storeError() }
+        if answer.unknownMembersDropped > 0 { metrics.unknownMembersDropped(answer.unknownMembersDropped) }
         return .json(answer.status, answer.body, headers: answer.status == 503 ? [("Retry-After", "1")] : [])
     }
 

@@ -203,14 +203,6 @@ extension EngineAnswer {
         #expect(addingFindings([.duplicatedMachineIdentity], to: nearMedium, scoring: scoring).level == .medium)
     }
 
-    @Test func theRawReportIsTheClientsBytes() throws {
-        let body = Array(#"{"client":{"report":1,"sdk":"x"}, "report" : {"a":[1,{"b":"}\"]"}],"c":2.50} ,"z":null}"#.utf8)
-        #expect(EngineWire.rawReport(in: body).map { String(decoding: $0, as: UTF8.self) } == #"{"a":[1,{"b":"}\"]"}],"c":2.50}"#)
-        #expect(EngineWire.rawReport(in: Array(#"{"report":1,"report":2}"#.utf8)) == nil)
-        #expect(EngineWire.rawReport(in: Array(#"{"\u0072eport":{}}"#.utf8)) == nil)
-        #expect(EngineWire.rawReport(in: Array(#"{"report":"text"}"#.utf8)).map(Array.init) == Array(#""text""#.utf8))
-    }
-
     @Test func mintedIdsAreURLSafeAndUnique() {
         let ids = (0..<1000).map { _ in EngineWire.mintId(prefix: "req_") }
         #expect(Set(ids).count == ids.count)
