@@ -377,13 +377,16 @@ extension EngineAnswer {
         #expect(!answer.identifiable && answer.visitorIsNew && answer.visitorConfidence == 20)
     }
 
-    @Test func eventsAreStoredWithTheReportAsSentAndReadOnlyByTheirOrganization() throws {
+    @Test func eventsAreStoredWithTheReportAsJudgedAndReadOnlyByTheirOrganization() throws {
         let under = try EngineUnderTest("events")
-        // A member this server does not know stays in the stored report.
+        // Members this server does not know are dropped and counted, never stored.
         var text = String(decoding: try F.body(F.report(F.host(), tag: "checkout")), as: UTF8.self)
         text = text.replacingOccurrences(of: #""report":{"#, with: #""report":{"futureMember":{"n":12345678901234567890},"#)
+        text = text.replacingOccurrences(of: #""client":{"#, with: #""client":{"extra":[1,{"a":2}],"#)
         let body = Array(text.utf8)
-        let answer = try under.identify(body, deviceKey: "ab12", verified: true).identifyAnswer()
+        let stored = under.identify(body, deviceKey: "ab12", verified: true)
+        #expect(stored.unknownMembersDropped == 2)
+        let answer = try stored.identifyAnswer()
 
         let read = under.engine.event(requestId: answer.requestId, organization: F.organization)
         #expect(read.status == 200)
@@ -393,7 +396,11 @@ extension EngineAnswer {
         #expect(event.signature == StoredEvent.Signature(verified: true, keyId: "ab12"))
         #expect(event.suspectScore == answer.suspectScore && event.triggers == answer.triggers ?? [])
         #expect(event.report == F.report(F.host(), tag: "checkout"))
-        #expect(String(decoding: read.body, as: UTF8.self).contains(#"{"futureMember":{"n":12345678901234567890},"#))
+        let document = String(decoding: read.body, as: UTF8.self)
+        #expect(!document.contains("futureMember") && !document.contains("extra"))
+        // The canonical encoding of what was judged, the last member of the event.
+        let canonical = String(decoding: try JSONEncoder.fingerly.encode(F.report(F.host(), tag: "checkout")), as: UTF8.self)
+        #expect(document.hasSuffix(#""report":"# + canonical + "}"))
         // Nulls are written out.
         let unsigned = try under.identify(try F.body(F.report(F.host()))).identifyAnswer()
         let plain = String(decoding: under.engine.event(requestId: unsigned.requestId, organization: F.organization).body, as: UTF8.self)

@@ -59,7 +59,6 @@ struct FastCodingTests {
 
     /// Inputs outside the subset: the reader declines, and what JSONDecoder makes of them stands.
     @Test("outside the subset the reader declines and JSONDecoder decides", arguments: [
-        (#""tag":"checkout""#, #""tag":"checkout","tag":"other""#, true),            // duplicate member: JSONDecoder keeps the first
         (#""budgetMs":1200"#, #""budgetMs":1.2e3"#, true),                          // exponent in an integer
         (#""budgetMs":1200"#, #""budgetMs":1200.0"#, true),                         // fraction in an integer
         (#""budgetMs":1200"#, #""budgetMs":01200"#, false),                         // leading zero: not JSON
@@ -67,7 +66,6 @@ struct FastCodingTests {
         (#""collectedAt":"2026-01-01T00:00:00Z""#, #""collectedAt":"2026-01-01T00:00:00.5Z""#, true),
         (#""collectedAt":"2026-01-01T00:00:00Z""#, #""collectedAt":"1969-12-31T23:59:59Z""#, true),
         (#""budgetMs":1200"#, #""budg\u0065tMs":1200"#, true),                      // escaped member name
-        (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1,"dmi.chassis_type":2"#, true), // duplicate signal
         (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1.0"#, true),               // a signal JSONDecoder reads as 1
         (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1e400"#, false),
         (#""budgetMs":1200"#, #""budgetMs":9999999999999999999"#, false),           // 19 digits: past Int, refused by both
@@ -92,6 +90,44 @@ struct FastCodingTests {
         default:
             Issue.record("SubmissionBody.decode and JSONDecoder disagree on \(replacement)")
         }
+    }
+
+    /// JSONDecoder keeps the first of two members, other readers the last: the reader declines,
+    /// and the decoding refuses the body, naming where the second one is.
+    @Test("a member given twice anywhere is refused, naming its path", arguments: [
+        (#""tag":"checkout""#, #""tag":"checkout","tag":"other""#, "report.tag"),
+        (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1,"dmi.chassis_type":2"#, "report.probes[0].signals.dmi.chassis_type"),
+        (#""tag":"checkout""#, #""tag":"checkout","t\u0061g":"other""#, "report.tag"),
+        (#""tag":"checkout""#, #""tag":"checkout","x":{"a":1,"b":[{"c":1,"c":2}]}"#, "report.x.b[0].c"),
+        (#""tag":"checkout""#, #""x":1,"tag":"checkout","x":2"#, "report.x"),
+        (#""tag":"checkout""#, #""tag":"checkout","\u00e9":1,"e\u0301":2"#, "report.e?"),
+    ])
+    func duplicateMembers(original: String, replacement: String, path: String) throws {
+        let text = String(decoding: EngineFixtures.documentedBody, as: UTF8.self)
+        #expect(text.contains(original))
+        let bytes = Array(text.replacingOccurrences(of: original, with: replacement).utf8)
+        #expect(SubmissionReader.read(bytes) == nil)
+        #expect(throws: DuplicateMember.self) { _ = try SubmissionBody.decode(bytes) }
+        do {
+            _ = try SubmissionBody.decode(bytes)
+        } catch let duplicate as DuplicateMember {
+            #expect(duplicate.path == path)
+        }
+    }
+
+    @Test("members no type reads are counted, by the reader and by the fall-back alike")
+    func unknownMembersAreCounted() throws {
+        let text = String(decoding: EngineFixtures.documentedBody, as: UTF8.self)
+        #expect(try SubmissionBody.decode(EngineFixtures.documentedBody).unknownMembers == 0)
+        let extra = text.replacingOccurrences(of: #""tag":"checkout""#, with: #""tag":"checkout","pad":{"a":{"b":1},"c":[{"d":2}]},"q":1"#)
+            .replacingOccurrences(of: #""dmi.chassis_type":1"#, with: #""dmi.chassis_type":1},"more":{"x":1"#)
+        let fast = try #require(SubmissionReader.read(Array(extra.utf8)))
+        #expect(fast.unknownMembers == 3)
+        // An escaped name sends the body to JSONDecoder; the scan counts the same members.
+        let escaped = extra.replacingOccurrences(of: #""budgetMs""#, with: #""budg\u0065tMs""#)
+        #expect(SubmissionReader.read(Array(escaped.utf8)) == nil)
+        let general = try SubmissionBody.decode(Array(escaped.utf8))
+        #expect(general.unknownMembers == 3 && general.body.report == fast.body.report)
     }
 
     @Test("the reader declines invalid UTF-8, control characters, a BOM and deep nesting")

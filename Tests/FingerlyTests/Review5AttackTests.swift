@@ -14,7 +14,8 @@ import Testing
     /// plain one falls back to JSONDecoder, which judges the first of the two; the stored
     /// event's "report as sent" came from a scan that counts only unescaped names, so it kept
     /// the second. An app verifying a requestId then read a report the server never judged.
-    @Test func theStoredReportIsTheJudgedOneWhenAMemberNameIsEscaped() throws {
+    /// Since issue 22 a member given twice, in any spelling, is refused: nothing is judged or stored.
+    @Test func aReportMemberGivenTwiceInAnySpellingIsRefused() throws {
         let under = try EngineUnderTest("review5-escaped-report")
         let judged = F.report(F.host(), tag: "first")
         let other = F.report(F.host(machineId: "machine-2", uuid: "uuid-2", disk: "disk-2", nic: "nic-2"), tag: "second")
@@ -22,15 +23,16 @@ import Testing
         let second = String(decoding: try JSONEncoder.fingerly.encode(other), as: UTF8.self)
         for (a, b) in [(first, second), (second, first)] {
             let text = #"{"client":{"proxy":false,"sdk":"fingerly-linux","version":"0.1.0"},"r\u0065port":"# + a + #","report":"# + b + "}"
-            let body = Array(text.utf8)
-            // Whichever of the two JSONDecoder takes (the first, today) is the one judged.
-            let decoded = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(body))
-            let identify = try under.identify(body).identifyAnswer()
-            let event = try JSONDecoder.fingerly.decode(StoredEvent.self,
-                                                        from: Data(under.engine.event(requestId: identify.requestId, organization: F.organization).body))
-            #expect(event.report == decoded.report, "the stored report is not the one judged")
-            #expect(event.tag == decoded.report.tag)
+            let refused = under.identify(Array(text.utf8))
+            #expect(refused.status == 400 && refused.code == "duplicate_member")
+            #expect(try refused.wireError().error.message.contains("'report'"))
         }
+        // The same report once is judged, and stored as judged.
+        let once = #"{"client":{"proxy":false,"sdk":"fingerly-linux","version":"0.1.0"},"r\u0065port":"# + first + "}"
+        let identify = try under.identify(Array(once.utf8)).identifyAnswer()
+        let event = try JSONDecoder.fingerly.decode(StoredEvent.self,
+                                                    from: Data(under.engine.event(requestId: identify.requestId, organization: F.organization).body))
+        #expect(event.report == judged && event.tag == "first")
     }
 
     /// R5-2: a password given as a URL query parameter (`?password=`, which libpq reads as

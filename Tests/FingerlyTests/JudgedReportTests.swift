@@ -1,0 +1,316 @@
+import Foundation
+import Testing
+@testable import FingerlyEngine
+@testable import FingerlyModel
+@testable import FingerlyPolicy
+@testable import FingerlyProbes
+@testable import FingerlyStore
+@testable import FingerlyTransport
+
+/// A `fingerly-server` process over a fresh SQLite database, and a client that signs every
+/// request with one device key, as the Fingerly client does.
+final class SigningServer {
+    let database: String
+    let server: ServerProcess
+    let device: DeviceKey
+    private var keys: [String: (publicKey: String, secretKey: String)] = [:]
+
+    init(_ name: String, arguments: [String] = []) throws {
+        let database = try TestPaths.temporaryDirectory(name) + "/db.sqlite"
+        // The database exists, with its first organization, before the server opens it.
+        keys["acme"] = try Self.add("acme", database)
+        self.database = database
+        server = try ServerProcess(database: database, arguments: arguments)
+        device = try DeviceKey.ephemeral()
+    }
+
+    private static func add(_ organization: String, _ database: String) throws -> (publicKey: String, secretKey: String) {
+        let added = try runServerCLI(["keys", "add", "--org", organization, "--region", "eu", "--db", database])
+        #expect(added.status == 0, "\(added.standardError)")
+        return try addedKeys(added)
+    }
+
+    /// The organization's key pair, made by `keys add` the first time.
+    func keys(organization: String) throws -> (publicKey: String, secretKey: String) {
+        if let pair = keys[organization] { return pair }
+        let pair = try Self.add(organization, database)
+        keys[organization] = pair
+        return pair
+    }
+
+    /// `POST /v1/identify`, signed.
+    func identify(_ body: [UInt8], organization: String = "acme", idempotencyKey: String = UUID().uuidString.lowercased()) throws -> RawResponse {
+        let quoted = "\"\(idempotencyKey)\""
+        let created = Int64(Date().timeIntervalSince1970)
+        let fields = try MessageSignature.sign(method: "POST", path: "/v1/identify", body: body, idempotencyKey: quoted,
+                                               created: created, with: device)
+        let headers = [("Authorization", "Bearer \(try keys(organization: organization).publicKey)"),
+                       ("Content-Type", "application/json"), ("Idempotency-Key", quoted)] + fields.headers
+        return try server.client.request("POST", "/v1/identify", headers: headers, body: body)
+    }
+
+    func event(_ requestId: String, organization: String = "acme") throws -> RawResponse {
+        try server.client.request("GET", "/v1/events/\(requestId)",
+                                  headers: [("Authorization", "Bearer \(try keys(organization: organization).secretKey)")])
+    }
+
+    /// What the database holds: its pages in use (WAL frames included, as a reader sees them),
+    /// and the bytes of the file and its WAL once a checkpoint has moved the frames in.
+    func storedBytes() throws -> (logical: Int64, files: Int64) {
+        let connection = try SQLiteConnection(path: database, busyTimeoutMilliseconds: 5_000, checkpointOnClose: false)
+        defer { connection.close() }
+        let pages = try connection.query("PRAGMA page_count", []) { (row) throws(StoreError) in row.integer(0) }.first ?? 0
+        let size = try connection.query("PRAGMA page_size", []) { (row) throws(StoreError) in row.integer(0) }.first ?? 0
+        _ = try connection.query("PRAGMA wal_checkpoint(TRUNCATE)", []) { (row) throws(StoreError) in row.integer(0) }
+        func bytes(_ path: String) -> Int64 {
+            ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.int64Value ?? 0
+        }
+        return (pages * size, bytes(database) + bytes(database + "-wal"))
+    }
+}
+
+/// Findings 3 and 4 of the hostile review (issue 22): what a client leaves out never reads
+/// cleaner than what it reports honestly, and what is stored is what was judged.
+@Suite(.serialized)
+struct JudgedReportTests {
+    /// A real collected report, both tiers, of a fixture host, for organization acme.
+    static let collected: [UInt8] = {
+        let state = (try? TestPaths.temporaryDirectory("judged-body")) ?? NSTemporaryDirectory()
+        var env = SubmissionCLITests.environment(state: state, apiKey: TestKeys.key(org: "acme", region: "eu"))
+        env["FINGERLY_ENDPOINT"] = nil
+        let run = try? runCLI(["--no-submit", "--request-only", "--root", TestPaths.fixture("laptop-baremetal")], environment: env)
+        return Array((run?.standardOutput ?? "").utf8)
+    }()
+
+    static func submission() throws -> SubmissionBody {
+        try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(collected))
+    }
+
+    /// The report with `probes` in place of its own, and its identifiers derived from what they
+    /// carry for `organization`, as the collector would have derived them.
+    static func body(_ submission: SubmissionBody, probes: [ProbeEntry], organization: String) throws -> [UInt8] {
+        let report = submission.report
+        let identity = HostIdentity.derive(from: probes.flatMap(\.identityComponents), hasher: IdentifierHasher(organization: organization))
+        let changed = SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion,
+                                   collectedAt: report.collectedAt, tag: report.tag, root: report.root, tiers: report.tiers,
+                                   budgetMs: report.budgetMs, elapsedMs: report.elapsedMs, probes: probes, identity: identity,
+                                   identifierKeying: report.identifierKeying, freeText: report.freeText,
+                                   prefetchedAgeMs: report.prefetchedAgeMs)
+        return Array(try JSONEncoder.fingerly.encode(SubmissionBody(client: submission.client, report: changed)))
+    }
+
+    static func denied(_ probe: ProbeEntry) -> ProbeEntry {
+        ProbeEntry(id: probe.id, tier: probe.tier, status: .denied, durationMs: probe.durationMs, detail: "Permission denied",
+                   issues: [], signals: [:], identityComponents: [])
+    }
+
+    /// A suspicion order: the higher, the less clean.
+    static func suspicion(_ verdict: Verdict) -> Int {
+        let rank = [Confidence.low: 0, .medium: 1, .high: 2][verdict.confidence] ?? 0
+        return verdict.value ? 10 + rank : 3 - rank
+    }
+
+    @Test func removedProbesNeverScoreCleanerThanDeniedOnes() throws {
+        let submission = try Self.submission()
+        let probes = submission.report.probes
+        #expect(probes.count > 30, "the fixture report carries \(probes.count) probes")
+        let engine = VerdictEngine(policy: .embedded(), catalogue: .embedded)
+        var subsets: [Set<String>] = [Set(probes.map(\.id))]
+        for tier in Tier.allCases { subsets.append(Set(probes.filter { $0.tier == tier }.map(\.id))) }
+        // The probes each verdict reads, so that every verdict loses all of its evidence once.
+        for name in VerdictName.allCases {
+            let read = Set(Policy.embedded().signals(of: name).compactMap { engine.owners[$0] })
+            subsets.append(read.intersection(probes.map(\.id)))
+        }
+        // And a few arbitrary ones, the same in every run.
+        var generator = SeededGenerator(seed: 22)
+        for _ in 0..<4 { subsets.append(Set(probes.map(\.id).filter { _ in Bool.random(using: &generator) })) }
+
+        let server = try SigningServer("judged-absence")
+        for (index, left) in subsets.enumerated() where !left.isEmpty {
+            // Each variant in an organization of its own: resolution against the other variants'
+            // visitors would add findings that are not what this compares.
+            let removedOrg = "removed\(index)", deniedOrg = "denied\(index)"
+            let removedBody = try Self.body(submission, probes: probes.filter { !left.contains($0.id) }, organization: removedOrg)
+            let deniedBody = try Self.body(submission, probes: probes.map { left.contains($0.id) ? Self.denied($0) : $0 },
+                                           organization: deniedOrg)
+            let removedAnswer = try server.identify(removedBody, organization: removedOrg)
+            let deniedAnswer = try server.identify(deniedBody, organization: deniedOrg)
+            #expect(removedAnswer.status == 200 && deniedAnswer.status == 200, "\(removedAnswer.text) \(deniedAnswer.text)")
+            let removed = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(removedAnswer.body))
+            let denied = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(deniedAnswer.body))
+            let label = "without \(left.sorted())"
+            let removedScore = try #require(removed.suspectScore), deniedScore = try #require(denied.suspectScore)
+            #expect(removedScore >= deniedScore, "\(label)")
+            #expect(!removed.identifiable || denied.identifiable, "\(label)")
+            let removedVerdicts = try #require(removed.verdicts), deniedVerdicts = try #require(denied.verdicts)
+            for name in VerdictName.allCases {
+                let (gone, refused) = (removedVerdicts[name], deniedVerdicts[name])
+                #expect(Self.suspicion(gone) >= Self.suspicion(refused), "\(name) \(label): \(gone) against \(refused)")
+                // Every probe whose denial is missing evidence is missing evidence when it is left out.
+                #expect(Set(refused.missingEvidence.map(\.probe)).isSubset(of: gone.missingEvidence.map(\.probe)),
+                        "\(name) \(label): \(gone.missingEvidence) against \(refused.missingEvidence)")
+                if refused.missingEvidence.contains(where: { left.contains($0.probe) }) {
+                    #expect(!gone.value ? gone.confidence == .low : true, "\(name) \(label)")
+                }
+            }
+        }
+
+        // The review's case: `"probes": []` is no clean host at medium confidence, and no one to know.
+        let empty = try server.identify(try Self.body(submission, probes: [], organization: "acme"))
+        #expect(empty.status == 200, "\(empty.text)")
+        let answer = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(empty.body))
+        #expect(!answer.identifiable)
+        for name in VerdictName.allCases {
+            let verdict = try #require(answer.verdicts)[name]
+            #expect(!verdict.value && verdict.confidence == .low && !verdict.missingEvidence.isEmpty, "\(name): \(verdict)")
+        }
+        // The honest report it came from is judged with nothing missing.
+        let honest = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(try server.identify(Self.collected).body))
+        for name in VerdictName.allCases {
+            #expect(try #require(honest.verdicts)[name].missingEvidence.isEmpty, "\(name)")
+        }
+        #expect(honest.identifiable)
+    }
+
+    /// Declared tiers that leave out the probes present, or none at all, read no cleaner: every
+    /// probe a verdict reads that is not in the report is missing evidence, whatever `tiers` says.
+    @Test func declaredTiersThatDisagreeWithTheProbesReadNoCleaner() throws {
+        let submission = try Self.submission()
+        let server = try SigningServer("judged-tiers")
+        let report = submission.report
+        for tiers in [[], [Tier.fast], [Tier.deferred]] {
+            let kept = report.probes.filter { $0.tier == .fast }.dropLast(3)
+            let changed = SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion,
+                                       collectedAt: report.collectedAt, root: report.root, tiers: tiers, budgetMs: report.budgetMs,
+                                       elapsedMs: report.elapsedMs, probes: Array(kept),
+                                       identity: HostIdentity.derive(from: kept.flatMap(\.identityComponents),
+                                                                     hasher: IdentifierHasher(organization: "acme")),
+                                       identifierKeying: report.identifierKeying, freeText: report.freeText)
+            let body = Array(try JSONEncoder.fingerly.encode(SubmissionBody(client: submission.client, report: changed)))
+            let response = try server.identify(body)
+            #expect(response.status == 200, "\(response.text)")
+            let verdicts = try #require(try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(response.body)).verdicts)
+            let present = Set(kept.map(\.id))
+            let engine = VerdictEngine(policy: .embedded(), catalogue: .embedded)
+            for name in VerdictName.allCases {
+                let read = Set(Policy.embedded().signals(of: name).compactMap { engine.owners[$0] })
+                let verdict = verdicts[name]
+                #expect(Set(verdict.missingEvidence.map(\.probe)).isSuperset(of: read.subtracting(present)), "\(name) with \(tiers)")
+                if !verdict.value, !read.isSubset(of: present) { #expect(verdict.confidence == .low, "\(name) with \(tiers)") }
+            }
+        }
+    }
+
+    /// The collected body with the first `original` replaced.
+    static func replacing(_ original: String, with replacement: String, in body: [UInt8] = collected) -> [UInt8] {
+        let text = String(decoding: body, as: UTF8.self)
+        guard let range = text.range(of: original) else {
+            Issue.record("\(original) is not in the body")
+            return body
+        }
+        return Array(text.replacingCharacters(in: range, with: replacement).utf8)
+    }
+
+    @Test func aMemberGivenTwiceAnywhereIs400AndStoresNothing() throws {
+        let server = try SigningServer("judged-duplicates")
+        let submission = try Self.submission()
+        let text = String(decoding: Self.collected, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let firstProbe = try #require(submission.report.probes.first)
+        let withSignals = try #require(submission.report.probes.first { !$0.signals.isEmpty })
+        let signal = try #require(withSignals.signals.keys.sorted().first)
+        let signalText = String(decoding: try JSONEncoder.fingerly.encode([signal: withSignals.signals[signal]!]), as: UTF8.self)
+            .dropFirst().dropLast()
+        let component = try #require(submission.report.probes.flatMap(\.identityComponents).first)
+        let identity = String(decoding: try JSONEncoder.fingerly.encode(submission.report.identity), as: UTF8.self)
+        #expect(text.hasPrefix(#"{"client":{"#) && text.contains(#","report":{"#))
+
+        let cases: [(body: [UInt8], path: String)] = [
+            // The review's: an empty list judged, the real one stored.
+            (Self.replacing(#","report":{"#, with: #","report":{"probes":[],"#), "report.probes"),
+            (Self.replacing(#","report":{"#, with: #","report":{"identity":\#(identity),"#), "report.identity"),
+            (Self.replacing(#"{"client":{"#, with: #"{"client":{"sdk":"x","#), "client.sdk"),
+            (Array((String(text.dropLast()) + #","client":{"proxy":false,"sdk":"x","version":"1"}}"#).utf8), "client"),
+            (Self.replacing(#""id":"\#(firstProbe.id)""#, with: #""id":"\#(firstProbe.id)","status":"ok""#), "report.probes[0].status"),
+            (Self.replacing(String(signalText), with: signalText + "," + signalText), "report.probes.signals"),
+            (Self.replacing(#""hash":"\#(component.hash)""#, with: #""hash":"\#(component.hash)","hash":"0""#), "identityComponents"),
+            (Self.replacing(#","report":{"#, with: #","report":{"future":{"a":[{"b":1,"b\u0000":2,"\u0062":3}]},"#), "report.future.a[0].b"),
+            (Self.replacing(#","report":{"#, with: #","report":{"r\u006fot":"/x","#), "report.root"),
+        ]
+        for (index, (body, path)) in cases.enumerated() {
+            let key = "duplicate-\(index)"
+            let refused = try server.identify(body, idempotencyKey: key)
+            #expect(refused.status == 400 && refused.errorCode == "duplicate_member", "case \(index): \(refused.text)")
+            let message = try JSONDecoder().decode(WireError.self, from: Data(refused.body)).error.message
+            #expect(path.split(separator: ".").allSatisfy { message.contains($0.split(separator: "[")[0]) }, "case \(index): \(message)")
+            // Nothing was kept: the same key with a valid body is a first request.
+            let valid = try server.identify(Self.collected, idempotencyKey: key)
+            #expect(valid.status == 200, "\(valid.text)")
+            #expect(try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(valid.body)).duplicate == false)
+        }
+    }
+
+    /// Random text that no compression shortens.
+    static func noise(_ count: Int, using generator: inout SeededGenerator) -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+        return String((0..<count).map { _ in alphabet[Int.random(in: 0..<alphabet.count, using: &generator)] })
+    }
+
+    /// 500 KB of members no field reads, spread over the body, the report, a probe and a
+    /// nested object: none of it is stored, the event holds the canonical judged report, and
+    /// `/metrics` counts what was dropped.
+    @Test func unknownMembersAreDroppedNotStored() throws {
+        let server = try SigningServer("judged-storage")
+        var generator = SeededGenerator(seed: 500)
+        func padded() -> [UInt8] {
+            var members: [String] = []
+            for index in 0..<100 { members.append(#""pad\#(index)":"\#(Self.noise(1_000, using: &generator))""#) }
+            let probeMembers = (0..<100).map { #""x\#($0)":{"y":["\#(Self.noise(1_000, using: &generator))"]}"# }
+            var body = Self.replacing(#","report":{"#, with: #","report":{"padding":"\#(Self.noise(200_000, using: &generator))","nested":{\#(members.joined(separator: ","))},"#)
+            body = Self.replacing(#""durationMs""#, with: probeMembers.joined(separator: ",") + #","durationMs""#, in: body)
+            return Array((#"{"top":"\#(Self.noise(100_000, using: &generator))","# + String(decoding: body, as: UTF8.self).dropFirst()).utf8)
+        }
+        let sample = padded()
+        #expect(sample.count - Self.collected.count > 500_000, "\(sample.count - Self.collected.count) bytes added")
+
+        // Warm up: the first request makes the visitor and the tables' first pages.
+        #expect(try server.identify(Self.collected).status == 200)
+        let start = try server.storedBytes()
+        for _ in 0..<30 { #expect(try server.identify(Self.collected).status == 200) }
+        let plain = try server.storedBytes()
+        var lastRequest = ""
+        for _ in 0..<30 {
+            let response = try server.identify(padded())
+            #expect(response.status == 200, "\(response.text)")
+            lastRequest = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(response.body)).requestId
+        }
+        let after = try server.storedBytes()
+        let plainGrowth = plain.logical - start.logical, paddedGrowth = after.logical - plain.logical
+        // Less than 10 KB more a request than without the padding, and under 5 MB for all 30.
+        #expect(paddedGrowth - plainGrowth < 30 * 10_000, "plain \(plainGrowth) bytes, padded \(paddedGrowth) bytes for 30")
+        #expect(paddedGrowth < 5_000_000 && after.files - plain.files < 5_000_000, "\(paddedGrowth), files \(after.files - plain.files)")
+
+        let event = try server.event(lastRequest)
+        #expect(event.status == 200)
+        let document = event.text
+        #expect(!document.contains("padding") && !document.contains(#""pad0""#) && !document.contains(#""x0""#) && !document.contains(#""top""#))
+        let judged = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(sample)).report
+        #expect(document.hasSuffix(#""report":"# + String(decoding: try JSONEncoder.fingerly.encode(judged), as: UTF8.self) + "}"))
+        // top, padding, nested, and the hundred members of the first probe, each of 30 requests.
+        let metrics = try server.server.client.request("GET", "/metrics").text
+        #expect(metrics.contains("fingerly_unknown_members_dropped_total \(30 * 103)"), "\(metrics.suffix(400))")
+    }
+}
+
+/// A small deterministic generator (SplitMix64): the same subsets and noise in every run.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var value = state
+        value = (value ^ (value >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        value = (value ^ (value >> 27)) &* 0x94D0_49BB_1331_11EB
+        return value ^ (value >> 31)
+    }
+}
