@@ -247,9 +247,7 @@ package final class IdentityEngine: Sendable {
         let observed = ObservedIdentity(report: report)
         // What is stored is what was judged, in the canonical form: a member given twice never
         // gets here, and one no type reads is not kept (storage at the sender's pace otherwise).
-        guard let judgedReport = try? JSONEncoder.fingerly.encode(report) else {
-            return .error(500, "internal", "The report could not be encoded.")
-        }
+        let judgedReport = ReportWriter.report(report)
         let verdictsJSON = AnswerWriter.verdicts(verdicts)
         let requestId = EngineWire.mintTimeOrderedId(prefix: "req_", unixMilliseconds: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
 
@@ -308,7 +306,7 @@ package final class IdentityEngine: Sendable {
                 let answerBytes = self.writer.answer(answer, verdicts: verdictsJSON)
                 let document = self.writer.event(answer, verdicts: verdictsJSON, receivedAt: now, tag: report.tag,
                                                  signature: StoredEvent.Signature(verified: signatureVerified, keyId: deviceKeyID),
-                                                 report: Array(judgedReport))
+                                                 report: judgedReport)
                 try tx.insertEvent(EventRecord(requestId: requestId, organization: organization, visitorId: visitor.id,
                                                receivedAt: now, document: document))
                 try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: bodyHash, state: .complete,

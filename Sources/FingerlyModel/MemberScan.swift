@@ -18,7 +18,9 @@ indirect enum MemberShape: Sendable {
     /// The body of `POST /v1/identify` as `SubmissionBody` decodes it.
     static let submission: MemberShape = {
         let issue = MemberShape.object(["path": .opaque, "status": .opaque, "detail": .opaque])
-        let component = MemberShape.object(["scope": .opaque, "name": .opaque, "hash": .opaque, "worldReadable": .opaque])
+        let component = MemberShape.object([
+            "scope": .opaque, "name": .opaque, "hash": .opaque, "worldReadable": .opaque,
+        ])
         let probe = MemberShape.object([
             "id": .opaque, "tier": .opaque, "status": .opaque, "durationMs": .opaque, "detail": .opaque,
             "issues": .array(issue), "signals": .map, "identityComponents": .array(component),
@@ -28,7 +30,8 @@ indirect enum MemberShape: Sendable {
             "hardwareComponents": .opaque, "instanceComponents": .opaque, "rootOnlyEvidence": .opaque,
         ])
         let report = MemberShape.object([
-            "schemaVersion": .opaque, "collectorVersion": .opaque, "collectedAt": .opaque, "tag": .opaque, "root": .opaque,
+            "schemaVersion": .opaque, "collectorVersion": .opaque, "collectedAt": .opaque, "tag": .opaque,
+            "root": .opaque,
             "tiers": .opaque, "budgetMs": .opaque, "elapsedMs": .opaque, "probes": .array(probe), "identity": identity,
             "identifierKeying": .opaque, "freeText": .opaque, "prefetchedAgeMs": .opaque,
         ])
@@ -76,8 +79,11 @@ enum MemberScan {
         var pending: (shape: MemberShape, label: Label) = (shape, .root)
 
         func skipWhitespace() {
-            while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x09 || bytes[index] == 0x0A || bytes[index] == 0x0D {
-                index += 1
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                default: return
+                }
             }
         }
         /// A string at the index: its decoded text when `decode`, else "" (values are only skipped).
@@ -114,7 +120,9 @@ enum MemberScan {
             }
             text += (text.isEmpty ? "" : ".") + last
             // The path is quoted in an answer and may reach a log: printable ASCII only.
-            let printable = String(String.UnicodeScalarView(text.unicodeScalars.map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? $0 : "?" }))
+            let printable = String(String.UnicodeScalarView(text.unicodeScalars.map { scalar in
+                scalar.value >= 0x20 && scalar.value < 0x7F ? scalar : "?"
+            }))
             return BoundedText.bounded(printable, limit: pathByteLimit)
         }
 
@@ -215,7 +223,9 @@ enum MemberScan {
         var scalars = String.UnicodeScalarView()
         var raw: [UInt8] = []
         func flush() {
-            if !raw.isEmpty { scalars.append(contentsOf: String(decoding: raw, as: UTF8.self).unicodeScalars); raw.removeAll() }
+            guard !raw.isEmpty else { return }
+            scalars.append(contentsOf: String(decoding: raw, as: UTF8.self).unicodeScalars)
+            raw.removeAll()
         }
         func hex(_ at: Int) -> UInt32? {
             guard at + 4 <= bytes.endIndex else { return nil }

@@ -35,7 +35,8 @@ package struct VerdictEngine {
 
     /// `probeTiers` names the tier of every probe in `signalOwners`: a probe absent from a report
     /// whose tiers leave out its tier did not run, and a verdict that reads it says so.
-    package init(policy: Policy, signalOwners: [String: String], probeTiers: [String: Tier], absence: Absence = .askedFor) {
+    package init(policy: Policy, signalOwners: [String: String], probeTiers: [String: Tier],
+                 absence: Absence = .askedFor) {
         self.policy = policy
         owners = signalOwners
         compiled = CompiledPolicy(policy, owners: signalOwners, tiers: probeTiers)

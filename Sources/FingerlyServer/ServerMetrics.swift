@@ -81,7 +81,7 @@ package final class ServerMetrics: Sendable {
             for (outcome, count) in state.signatures.sorted(by: { $0.key < $1.key }) {
                 lines.append("fingerly_identify_signatures_total{outcome=\"\(outcome)\"} \(count)")
             }
-            lines.append("# HELP fingerly_unknown_members_dropped_total Members of stored submissions that no field reads, dropped.")
+            lines.append("# HELP fingerly_unknown_members_dropped_total Members no field reads, never stored.")
             lines.append("# TYPE fingerly_unknown_members_dropped_total counter")
             lines.append("fingerly_unknown_members_dropped_total \(state.unknownMembersDropped)")
             return lines.joined(separator: "\n") + "\n"

@@ -149,6 +149,48 @@ struct FastCodingTests {
         #expect(SubmissionReader.read(Array("[]".utf8)) == nil)
     }
 
+    // MARK: ReportWriter
+
+    private static func expectSameEncoding(_ report: SignalReport,
+                                           sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let written = String(decoding: ReportWriter.report(report), as: UTF8.self)
+        let reference = String(decoding: try JSONEncoder.fingerly.encode(report), as: UTF8.self)
+        #expect(written == reference, sourceLocation: sourceLocation)
+    }
+
+    @Test("every fixture host's report is written as JSONEncoder writes it", arguments: TestPaths.hostFixtures)
+    func fixtureReportsAreWrittenAsJSONEncoderWritesThem(_ host: String) async throws {
+        try Self.expectSameEncoding(try await identify(root: TestPaths.fixture(host)).report)
+    }
+
+    @Test("escapes, unicode, odd numbers, fractions of a second and absent members are written as JSONEncoder does")
+    func edgesOfTheReportWriter() throws {
+        let numbers: [Double] = [0, -0.0, 2, 2.5, 0.1 + 0.2, 1e-5, 1e-7, 123_456.789, 1e15, 1e16, 1e300, -1.5e-300,
+                                 Double.leastNonzeroMagnitude, Double.greatestFiniteMagnitude, 4_503_599_627_370_496.5]
+        let signals: [String: SignalValue] = ["é.name": .string("ü\n"), "a\"b": .strings(["x", "\u{7F}", ""]),
+                                              "Z": .int(Int.min), "z": .bool(false), "": .int(Int.max),
+                                              "\u{1F600}": .strings([])]
+        for (index, number) in numbers.enumerated() {
+            let even = index.isMultiple(of: 2)
+            let base = EngineFixtures.report(EngineFixtures.host(), tag: even ? nil : "t\u{0}\u{1F}\"\\/é😀\u{2028}",
+                                             signals: signals)
+            let probe = base.probes[0]
+            let changed = ProbeEntry(id: probe.id, tier: .deferred, status: .timeout, durationMs: number,
+                                     detail: index.isMultiple(of: 3) ? nil : "why \"\t",
+                                     issues: [SourceIssue(path: "/p\\q", status: .denied, detail: "é")],
+                                     signals: probe.signals, identityComponents: probe.identityComponents)
+            let collectedAt = Date(timeIntervalSince1970: 1_767_225_600 + (index == 3 ? 0.25 : 0))
+            let report = SignalReport(schemaVersion: 2, collectorVersion: "0.1.0", collectedAt: collectedAt, tag: base.tag,
+                                      root: "/r\u{1}", tiers: [.fast, .deferred], budgetMs: -1, elapsedMs: -number,
+                                      probes: [changed, probe], identity: base.identity,
+                                      identifierKeying: even ? nil : .installationSecret, freeText: even ? .keep : nil,
+                                      prefetchedAgeMs: even ? number : nil)
+            try Self.expectSameEncoding(report)
+        }
+        let documented = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(EngineFixtures.documentedBody))
+        try Self.expectSameEncoding(documented.report)
+    }
+
     // MARK: AnswerWriter
 
     private static func answers() -> [IdentifyAnswer] {

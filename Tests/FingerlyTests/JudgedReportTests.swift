@@ -24,7 +24,8 @@ final class SigningServer {
         device = try DeviceKey.ephemeral()
     }
 
-    private static func add(_ organization: String, _ database: String) throws -> (publicKey: String, secretKey: String) {
+    private static func add(_ organization: String, _ database: String)
+        throws -> (publicKey: String, secretKey: String) {
         let added = try runServerCLI(["keys", "add", "--org", organization, "--region", "eu", "--db", database])
         #expect(added.status == 0, "\(added.standardError)")
         return try addedKeys(added)
@@ -39,7 +40,8 @@ final class SigningServer {
     }
 
     /// `POST /v1/identify`, signed.
-    func identify(_ body: [UInt8], organization: String = "acme", idempotencyKey: String = UUID().uuidString.lowercased()) throws -> RawResponse {
+    func identify(_ body: [UInt8], organization: String = "acme",
+                  idempotencyKey: String = UUID().uuidString.lowercased()) throws -> RawResponse {
         let quoted = "\"\(idempotencyKey)\""
         let created = Int64(Date().timeIntervalSince1970)
         let fields = try MessageSignature.sign(method: "POST", path: "/v1/identify", body: body, idempotencyKey: quoted,
@@ -50,8 +52,9 @@ final class SigningServer {
     }
 
     func event(_ requestId: String, organization: String = "acme") throws -> RawResponse {
-        try server.client.request("GET", "/v1/events/\(requestId)",
-                                  headers: [("Authorization", "Bearer \(try keys(organization: organization).secretKey)")])
+        let secretKey = try keys(organization: organization).secretKey
+        return try server.client.request("GET", "/v1/events/\(requestId)",
+                                         headers: [("Authorization", "Bearer \(secretKey)")])
     }
 
     /// What the database holds: its pages in use (WAL frames included, as a reader sees them),
@@ -59,8 +62,10 @@ final class SigningServer {
     func storedBytes() throws -> (logical: Int64, files: Int64) {
         let connection = try SQLiteConnection(path: database, busyTimeoutMilliseconds: 5_000, checkpointOnClose: false)
         defer { connection.close() }
-        let pages = try connection.query("PRAGMA page_count", []) { (row) throws(StoreError) in row.integer(0) }.first ?? 0
-        let size = try connection.query("PRAGMA page_size", []) { (row) throws(StoreError) in row.integer(0) }.first ?? 0
+        func number(_ pragma: String) throws -> Int64 {
+            try connection.query("PRAGMA \(pragma)", []) { (row) throws(StoreError) in row.integer(0) }.first ?? 0
+        }
+        let pages = try number("page_count"), size = try number("page_size")
         _ = try connection.query("PRAGMA wal_checkpoint(TRUNCATE)", []) { (row) throws(StoreError) in row.integer(0) }
         func bytes(_ path: String) -> Int64 {
             ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.int64Value ?? 0
@@ -78,7 +83,8 @@ struct JudgedReportTests {
         let state = (try? TestPaths.temporaryDirectory("judged-body")) ?? NSTemporaryDirectory()
         var env = SubmissionCLITests.environment(state: state, apiKey: TestKeys.key(org: "acme", region: "eu"))
         env["FINGERLY_ENDPOINT"] = nil
-        let run = try? runCLI(["--no-submit", "--request-only", "--root", TestPaths.fixture("laptop-baremetal")], environment: env)
+        let run = try? runCLI(["--no-submit", "--request-only", "--root", TestPaths.fixture("laptop-baremetal")],
+                              environment: env)
         return Array((run?.standardOutput ?? "").utf8)
     }()
 
@@ -90,18 +96,19 @@ struct JudgedReportTests {
     /// carry for `organization`, as the collector would have derived them.
     static func body(_ submission: SubmissionBody, probes: [ProbeEntry], organization: String) throws -> [UInt8] {
         let report = submission.report
-        let identity = HostIdentity.derive(from: probes.flatMap(\.identityComponents), hasher: IdentifierHasher(organization: organization))
+        let identity = HostIdentity.derive(from: probes.flatMap(\.identityComponents),
+                                           hasher: IdentifierHasher(organization: organization))
         let changed = SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion,
-                                   collectedAt: report.collectedAt, tag: report.tag, root: report.root, tiers: report.tiers,
-                                   budgetMs: report.budgetMs, elapsedMs: report.elapsedMs, probes: probes, identity: identity,
-                                   identifierKeying: report.identifierKeying, freeText: report.freeText,
-                                   prefetchedAgeMs: report.prefetchedAgeMs)
+                                   collectedAt: report.collectedAt, tag: report.tag, root: report.root,
+                                   tiers: report.tiers, budgetMs: report.budgetMs, elapsedMs: report.elapsedMs,
+                                   probes: probes, identity: identity, identifierKeying: report.identifierKeying,
+                                   freeText: report.freeText, prefetchedAgeMs: report.prefetchedAgeMs)
         return Array(try JSONEncoder.fingerly.encode(SubmissionBody(client: submission.client, report: changed)))
     }
 
     static func denied(_ probe: ProbeEntry) -> ProbeEntry {
-        ProbeEntry(id: probe.id, tier: probe.tier, status: .denied, durationMs: probe.durationMs, detail: "Permission denied",
-                   issues: [], signals: [:], identityComponents: [])
+        ProbeEntry(id: probe.id, tier: probe.tier, status: .denied, durationMs: probe.durationMs,
+                   detail: "Permission denied", issues: [], signals: [:], identityComponents: [])
     }
 
     /// A suspicion order: the higher, the less clean.
@@ -131,12 +138,15 @@ struct JudgedReportTests {
             // Each variant in an organization of its own: resolution against the other variants'
             // visitors would add findings that are not what this compares.
             let removedOrg = "removed\(index)", deniedOrg = "denied\(index)"
-            let removedBody = try Self.body(submission, probes: probes.filter { !left.contains($0.id) }, organization: removedOrg)
-            let deniedBody = try Self.body(submission, probes: probes.map { left.contains($0.id) ? Self.denied($0) : $0 },
+            let removedBody = try Self.body(submission, probes: probes.filter { !left.contains($0.id) },
+                                            organization: removedOrg)
+            let deniedBody = try Self.body(submission,
+                                           probes: probes.map { left.contains($0.id) ? Self.denied($0) : $0 },
                                            organization: deniedOrg)
             let removedAnswer = try server.identify(removedBody, organization: removedOrg)
             let deniedAnswer = try server.identify(deniedBody, organization: deniedOrg)
-            #expect(removedAnswer.status == 200 && deniedAnswer.status == 200, "\(removedAnswer.text) \(deniedAnswer.text)")
+            #expect(removedAnswer.status == 200 && deniedAnswer.status == 200,
+                    "\(removedAnswer.text) \(deniedAnswer.text)")
             let removed = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(removedAnswer.body))
             let denied = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(deniedAnswer.body))
             let label = "without \(left.sorted())"
@@ -163,10 +173,12 @@ struct JudgedReportTests {
         #expect(!answer.identifiable)
         for name in VerdictName.allCases {
             let verdict = try #require(answer.verdicts)[name]
-            #expect(!verdict.value && verdict.confidence == .low && !verdict.missingEvidence.isEmpty, "\(name): \(verdict)")
+            #expect(!verdict.value && verdict.confidence == .low && !verdict.missingEvidence.isEmpty,
+                    "\(name): \(verdict)")
         }
         // The honest report it came from is judged with nothing missing.
-        let honest = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(try server.identify(Self.collected).body))
+        let honestAnswer = try server.identify(Self.collected)
+        let honest = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(honestAnswer.body))
         for name in VerdictName.allCases {
             #expect(try #require(honest.verdicts)[name].missingEvidence.isEmpty, "\(name)")
         }
@@ -182,22 +194,28 @@ struct JudgedReportTests {
         for tiers in [[], [Tier.fast], [Tier.deferred]] {
             let kept = report.probes.filter { $0.tier == .fast }.dropLast(3)
             let changed = SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion,
-                                       collectedAt: report.collectedAt, root: report.root, tiers: tiers, budgetMs: report.budgetMs,
+                                       collectedAt: report.collectedAt, root: report.root, tiers: tiers,
+                                       budgetMs: report.budgetMs,
                                        elapsedMs: report.elapsedMs, probes: Array(kept),
                                        identity: HostIdentity.derive(from: kept.flatMap(\.identityComponents),
                                                                      hasher: IdentifierHasher(organization: "acme")),
                                        identifierKeying: report.identifierKeying, freeText: report.freeText)
-            let body = Array(try JSONEncoder.fingerly.encode(SubmissionBody(client: submission.client, report: changed)))
+            let body = Array(try JSONEncoder.fingerly.encode(SubmissionBody(client: submission.client,
+                                                                            report: changed)))
             let response = try server.identify(body)
             #expect(response.status == 200, "\(response.text)")
-            let verdicts = try #require(try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(response.body)).verdicts)
+            let answer = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(response.body))
+            let verdicts = try #require(answer.verdicts)
             let present = Set(kept.map(\.id))
             let engine = VerdictEngine(policy: .embedded(), catalogue: .embedded)
             for name in VerdictName.allCases {
                 let read = Set(Policy.embedded().signals(of: name).compactMap { engine.owners[$0] })
                 let verdict = verdicts[name]
-                #expect(Set(verdict.missingEvidence.map(\.probe)).isSuperset(of: read.subtracting(present)), "\(name) with \(tiers)")
-                if !verdict.value, !read.isSubset(of: present) { #expect(verdict.confidence == .low, "\(name) with \(tiers)") }
+                #expect(Set(verdict.missingEvidence.map(\.probe)).isSuperset(of: read.subtracting(present)),
+                        "\(name) with \(tiers)")
+                if !verdict.value, !read.isSubset(of: present) {
+                    #expect(verdict.confidence == .low, "\(name) with \(tiers)")
+                }
             }
         }
     }
@@ -219,8 +237,8 @@ struct JudgedReportTests {
         let firstProbe = try #require(submission.report.probes.first)
         let withSignals = try #require(submission.report.probes.first { !$0.signals.isEmpty })
         let signal = try #require(withSignals.signals.keys.sorted().first)
-        let signalText = String(decoding: try JSONEncoder.fingerly.encode([signal: withSignals.signals[signal]!]), as: UTF8.self)
-            .dropFirst().dropLast()
+        let signalMember = try JSONEncoder.fingerly.encode([signal: withSignals.signals[signal]!])
+        let signalText = String(decoding: signalMember, as: UTF8.self).dropFirst().dropLast()
         let component = try #require(submission.report.probes.flatMap(\.identityComponents).first)
         let identity = String(decoding: try JSONEncoder.fingerly.encode(submission.report.identity), as: UTF8.self)
         #expect(text.hasPrefix(#"{"client":{"#) && text.contains(#","report":{"#))
@@ -231,10 +249,13 @@ struct JudgedReportTests {
             (Self.replacing(#","report":{"#, with: #","report":{"identity":\#(identity),"#), "report.identity"),
             (Self.replacing(#"{"client":{"#, with: #"{"client":{"sdk":"x","#), "client.sdk"),
             (Array((String(text.dropLast()) + #","client":{"proxy":false,"sdk":"x","version":"1"}}"#).utf8), "client"),
-            (Self.replacing(#""id":"\#(firstProbe.id)""#, with: #""id":"\#(firstProbe.id)","status":"ok""#), "report.probes[0].status"),
+            (Self.replacing(#""id":"\#(firstProbe.id)""#, with: #""id":"\#(firstProbe.id)","status":"ok""#),
+             "report.probes[0].status"),
             (Self.replacing(String(signalText), with: signalText + "," + signalText), "report.probes.signals"),
-            (Self.replacing(#""hash":"\#(component.hash)""#, with: #""hash":"\#(component.hash)","hash":"0""#), "identityComponents"),
-            (Self.replacing(#","report":{"#, with: #","report":{"future":{"a":[{"b":1,"b\u0000":2,"\u0062":3}]},"#), "report.future.a[0].b"),
+            (Self.replacing(#""hash":"\#(component.hash)""#, with: #""hash":"\#(component.hash)","hash":"0""#),
+             "identityComponents"),
+            (Self.replacing(#","report":{"#, with: #","report":{"future":{"a":[{"b":1,"b\u0000":2,"\u0062":3}]},"#),
+             "report.future.a[0].b"),
             (Self.replacing(#","report":{"#, with: #","report":{"r\u006fot":"/x","#), "report.root"),
         ]
         for (index, (body, path)) in cases.enumerated() {
@@ -242,7 +263,8 @@ struct JudgedReportTests {
             let refused = try server.identify(body, idempotencyKey: key)
             #expect(refused.status == 400 && refused.errorCode == "duplicate_member", "case \(index): \(refused.text)")
             let message = try JSONDecoder().decode(WireError.self, from: Data(refused.body)).error.message
-            #expect(path.split(separator: ".").allSatisfy { message.contains($0.split(separator: "[")[0]) }, "case \(index): \(message)")
+            #expect(path.split(separator: ".").allSatisfy { message.contains($0.split(separator: "[")[0]) },
+                    "case \(index): \(message)")
             // Nothing was kept: the same key with a valid body is a first request.
             let valid = try server.identify(Self.collected, idempotencyKey: key)
             #expect(valid.status == 200, "\(valid.text)")
@@ -266,9 +288,14 @@ struct JudgedReportTests {
             var members: [String] = []
             for index in 0..<100 { members.append(#""pad\#(index)":"\#(Self.noise(1_000, using: &generator))""#) }
             let probeMembers = (0..<100).map { #""x\#($0)":{"y":["\#(Self.noise(1_000, using: &generator))"]}"# }
-            var body = Self.replacing(#","report":{"#, with: #","report":{"padding":"\#(Self.noise(200_000, using: &generator))","nested":{\#(members.joined(separator: ","))},"#)
-            body = Self.replacing(#""durationMs""#, with: probeMembers.joined(separator: ",") + #","durationMs""#, in: body)
-            return Array((#"{"top":"\#(Self.noise(100_000, using: &generator))","# + String(decoding: body, as: UTF8.self).dropFirst()).utf8)
+            let padding = Self.noise(200_000, using: &generator)
+            let nested = members.joined(separator: ",")
+            var body = Self.replacing(#","report":{"#,
+                                      with: #","report":{"padding":"\#(padding)","nested":{\#(nested)},"#)
+            body = Self.replacing(#""durationMs""#, with: probeMembers.joined(separator: ",") + #","durationMs""#,
+                                  in: body)
+            let top = Self.noise(100_000, using: &generator)
+            return Array((#"{"top":"\#(top)","# + String(decoding: body, as: UTF8.self).dropFirst()).utf8)
         }
         let sample = padded()
         #expect(sample.count - Self.collected.count > 500_000, "\(sample.count - Self.collected.count) bytes added")
@@ -287,15 +314,19 @@ struct JudgedReportTests {
         let after = try server.storedBytes()
         let plainGrowth = plain.logical - start.logical, paddedGrowth = after.logical - plain.logical
         // Less than 10 KB more a request than without the padding, and under 5 MB for all 30.
-        #expect(paddedGrowth - plainGrowth < 30 * 10_000, "plain \(plainGrowth) bytes, padded \(paddedGrowth) bytes for 30")
-        #expect(paddedGrowth < 5_000_000 && after.files - plain.files < 5_000_000, "\(paddedGrowth), files \(after.files - plain.files)")
+        #expect(paddedGrowth - plainGrowth < 30 * 10_000, "plain \(plainGrowth) bytes, padded \(paddedGrowth) for 30")
+        #expect(paddedGrowth < 5_000_000 && after.files - plain.files < 5_000_000,
+                "\(paddedGrowth), files \(after.files - plain.files)")
 
         let event = try server.event(lastRequest)
         #expect(event.status == 200)
         let document = event.text
-        #expect(!document.contains("padding") && !document.contains(#""pad0""#) && !document.contains(#""x0""#) && !document.contains(#""top""#))
+        for dropped in [#""padding""#, #""nested""#, #""pad0""#, #""x0""#, #""top""#] {
+            #expect(!document.contains(dropped), "\(dropped) was stored")
+        }
         let judged = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(sample)).report
-        #expect(document.hasSuffix(#""report":"# + String(decoding: try JSONEncoder.fingerly.encode(judged), as: UTF8.self) + "}"))
+        let canonical = String(decoding: try JSONEncoder.fingerly.encode(judged), as: UTF8.self)
+        #expect(document.hasSuffix(#""report":"# + canonical + "}"))
         // top, padding, nested, and the hundred members of the first probe, each of 30 requests.
         let metrics = try server.server.client.request("GET", "/metrics").text
         #expect(metrics.contains("fingerly_unknown_members_dropped_total \(30 * 103)"), "\(metrics.suffix(400))")
