@@ -223,9 +223,10 @@ package final class IdentityEngine: Sendable {
                          deviceKeyID: String?, signatureVerified: Bool, now: Int64) -> EngineAnswer {
         // 2. The body.
         let submission: SubmissionBody
+        let canonicalRange: Range<Int>?
         let unknownMembers: Int
         do {
-            (submission, _, unknownMembers) = try SubmissionBody.decode(body)
+            (submission, canonicalRange, unknownMembers) = try SubmissionBody.decode(body)
         } catch let duplicate as DuplicateMember {
             return .error(400, "duplicate_member", "Member '\(duplicate.path)' is given twice; readers disagree on which one counts.")
         } catch let error as DecodingError {
@@ -247,7 +248,8 @@ package final class IdentityEngine: Sendable {
         let observed = ObservedIdentity(report: report)
         // What is stored is what was judged, in the canonical form: a member given twice never
         // gets here, and one no type reads is not kept (storage at the sender's pace otherwise).
-        let judgedReport = ReportWriter.report(report)
+        // The client's own bytes are that form already when the reader found them so.
+        let judgedReport = canonicalRange.map { Array(body[$0]) } ?? ReportWriter.report(report)
         let verdictsJSON = AnswerWriter.verdicts(verdicts)
         let requestId = EngineWire.mintTimeOrderedId(prefix: "req_", unixMilliseconds: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
 

@@ -1,8 +1,10 @@
 import FoundationEssentials
 
 extension SubmissionBody {
-    /// A decoded body: the value, the byte range of the `report` member's value when the fast
-    /// reader found it, and how many members no type reads (dropped: never judged, never stored).
+    /// A decoded body: the value; the byte range of the `report` member's value when those bytes
+    /// are the report's canonical encoding, exactly as `JSONEncoder.fingerly` writes the decoded
+    /// report (the client writes it so), else nil; and how many members no type reads (dropped:
+    /// never judged, never stored).
     package typealias Decoded = (body: SubmissionBody, reportRange: Range<Int>?, unknownMembers: Int)
 
     /// Decodes a `POST /v1/identify` body: with `SubmissionReader` when the body is in the form
@@ -51,6 +53,13 @@ package struct SubmissionReader {
     private var skippedNames: Set<String>?
     /// Members where a type is read that it does not know: dropped, never stored.
     private var unknownMembers = 0
+    /// Whether every byte read since it was set is as `JSONEncoder.fingerly` writes the value:
+    /// no whitespace, members in sorted order and none it would leave out (unknown, or null),
+    /// no escape, numbers spelt as Swift's shortest form. The stored event then keeps the bytes,
+    /// which are the canonical encoding, instead of writing it again.
+    private var canonical = true
+    /// Whether the last string read was ASCII.
+    private var lastStringWasASCII = true
 
     private init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
@@ -67,8 +76,9 @@ package struct SubmissionReader {
                     case "report":
                         reader.skipWhitespace()
                         let start = reader.index
+                        reader.canonical = true
                         try reader.once(&report) { (reader: inout SubmissionReader) throws(Deviation) in try reader.signalReport() }
-                        reportRange = start..<reader.index
+                        reportRange = reader.canonical ? start..<reader.index : nil
                     default: try reader.skipUnknownMember(name)
                     }
                 }
@@ -208,9 +218,13 @@ package struct SubmissionReader {
         defer { depth -= 1 }
         skipWhitespace()
         if try take(UInt8(ascii: "}")) { return signals }
+        var previous: String?
         repeat {
             skipWhitespace()
             let name = try string()
+            // ASCII names compare as JSONEncoder sorts them, by bytes; any other is left to it.
+            if !lastStringWasASCII || previous.map({ !($0 < name) }) == true { canonical = false }
+            previous = name
             skipWhitespace()
             try expect(UInt8(ascii: ":"))
             let value = try signalValue()
@@ -249,9 +263,13 @@ package struct SubmissionReader {
         }
         skipWhitespace()
         if try take(UInt8(ascii: "}")) { return }
+        var previous: String?
         repeat {
             skipWhitespace()
             let name = try memberName()
+            // Member names are plain ASCII here: String order is byte order.
+            if let previous, !(previous < name) { canonical = false }
+            previous = name
             skipWhitespace()
             try expect(UInt8(ascii: ":"))
             try member(&self, name)
@@ -270,6 +288,7 @@ package struct SubmissionReader {
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "n") {
             try literal("null")
+            canonical = false
             return nil
         }
         return try read(&self)
@@ -303,6 +322,7 @@ package struct SubmissionReader {
     /// A member of a typed object that its type does not read: counted, and skipped.
     private mutating func skipUnknownMember(_ name: String) throws(Deviation) {
         unknownMembers += 1
+        canonical = false
         try skipMember(name)
     }
 
@@ -334,7 +354,9 @@ package struct SubmissionReader {
     private mutating func skipWhitespace() {
         while index < bytes.count {
             switch bytes[index] {
-            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            case 0x20, 0x09, 0x0A, 0x0D:
+                index += 1
+                canonical = false
             default: return
             }
         }
@@ -387,6 +409,7 @@ package struct SubmissionReader {
         }
         let digits = index - start
         guard digits > 0, !(digits > 1 && bytes[start] == UInt8(ascii: "0")), !atTokenContinuation else { throw Deviation() }
+        if negative, value == 0 { canonical = false }
         return negative ? -value : value
     }
 
@@ -412,6 +435,12 @@ package struct SubmissionReader {
         guard !atTokenContinuation, index - start <= Self.realByteLimit,
               let value = Double(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)),
               value.isFinite else { throw Deviation() }
+        if canonical {
+            // JSONEncoder writes the shortest form, an integral value without its ".0".
+            var shortest = value.description
+            if shortest.hasSuffix(".0") { shortest.removeLast(2) }
+            if !shortest.utf8.elementsEqual(UnsafeBufferPointer(rebasing: bytes[start..<index])) { canonical = false }
+        }
         return value
     }
 
@@ -452,7 +481,10 @@ package struct SubmissionReader {
             if byte == UInt8(ascii: "\"") {
                 let tail = UnsafeBufferPointer(rebasing: bytes[run..<index])
                 index += 1
+                lastStringWasASCII = ascii
                 if !hasEscapes { return try Self.validated(tail, ascii: ascii) }
+                // JSONEncoder's escapes are few; which one it would choose is not for this to guess.
+                canonical = false
                 escaped.append(contentsOf: tail)
                 return try escaped.withUnsafeBufferPointer { (buffer) throws(Deviation) -> String in
                     try Self.validated(buffer, ascii: ascii)
