@@ -406,3 +406,76 @@ struct LocalStoreOwnershipTests {
         #expect(try Self.run(state).status == 0)
     }
 }
+
+/// What every backend must do for the storage bounds: stored bytes that follow events in and
+/// out, per-organization quotas, and visitors swept by age with their rows.
+@Suite(.serialized)
+struct StorageBoundsStoreContractTests {
+    static func event(_ id: String, organization: String, at receivedAt: Int64, size: Int) -> EventRecord {
+        // Varied bytes, so a compressing backend stores about what it was given.
+        var generator = SystemRandomNumberGenerator()
+        let document = (0..<size).map { _ in UInt8.random(in: 0x20...0x7E, using: &generator) }
+        return EventRecord(requestId: id, organization: organization, visitorId: "vis_\(id)", receivedAt: receivedAt, document: document)
+    }
+
+    @Test(arguments: StoreBackend.allCases) func storedBytesFollowEventsInAndOut(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        try store.transaction { tx throws(StoreError) in
+            _ = try tx.ensureOrganization(named: "acme", now: 0)
+            _ = try tx.ensureOrganization(named: "other", now: 0)
+            for index in 0..<10 { try tx.insertEvent(Self.event("req_a\(index)", organization: "acme", at: Int64(index), size: 20_000)) }
+            try tx.insertEvent(Self.event("req_o", organization: "other", at: 100, size: 5_000))
+        }
+        let stored = try store.transaction { tx throws(StoreError) in try tx.storedBytes() }
+        #expect((180_000...220_000).contains(stored["acme"] ?? 0), "\(stored)")
+        #expect((4_000...6_000).contains(stored["other"] ?? 0), "\(stored)")
+        #expect(try store.transaction { tx throws(StoreError) in try tx.organization(named: "acme")?.storedBytes } == stored["acme"])
+
+        let expired = try store.transaction { tx throws(StoreError) in try tx.expireEvents(receivedBefore: 5) }
+        #expect(expired == 5)
+        let after = try store.transaction { tx throws(StoreError) in try tx.storedBytes() }
+        #expect(((stored["acme"] ?? 0) / 2 - 2_000...(stored["acme"] ?? 0) / 2 + 2_000).contains(after["acme"] ?? 0), "\(after)")
+        #expect(after["other"] == stored["other"])
+        _ = try store.transaction { tx throws(StoreError) in try tx.expireEvents(receivedBefore: 1_000) }
+        #expect(try store.transaction { tx throws(StoreError) in try tx.organization(named: "acme")?.storedBytes } == 0)
+    }
+
+    @Test(arguments: StoreBackend.allCases) func anOrganizationsQuotaIsItsOwnUntilReset(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        try store.transaction { tx throws(StoreError) in
+            _ = try tx.ensureOrganization(named: "acme", now: 0)
+            #expect(try tx.organization(named: "acme")?.storageQuota == nil)
+            #expect(try tx.setStorageQuota(1 << 30, organization: "acme"))
+            #expect(try tx.organization(named: "acme")?.storageQuota == 1 << 30)
+            #expect(try tx.setStorageQuota(nil, organization: "acme"))
+            #expect(try tx.organization(named: "acme")?.storageQuota == nil)
+            #expect(try !tx.setStorageQuota(0, organization: "nobody"))
+        }
+    }
+
+    @Test(arguments: StoreBackend.allCases) func visitorsAreSweptByLastSeenWithTheirComponentsAndKeys(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        let hash = String(repeating: "b", count: 64)
+        try store.transaction { tx throws(StoreError) in
+            for (id, lastSeen) in [("vis_old", Int64(10)), ("vis_new", Int64(1_000))] {
+                try tx.putVisitor(VisitorRecord(id: id, organization: "acme", instanceId: "i-\(id)", hardwareId: nil, firstSeen: 0,
+                                                lastSeen: lastSeen, components: [ComponentRecord(scope: "instance", name: "machine-id", hash: hash + id)],
+                                                deviceKeys: ["key-\(id)"]))
+            }
+        }
+        #expect(try store.transaction { tx throws(StoreError) in try tx.expireVisitors(lastSeenBefore: 500) } == 1)
+        try store.transaction { tx throws(StoreError) in
+            #expect(try tx.visitor(id: "vis_old", organization: "acme") == nil)
+            #expect(try tx.visitors(sharingAnyOf: [hash + "vis_old"], organization: "acme", limit: 10).isEmpty)
+            let kept = try tx.visitor(id: "vis_new", organization: "acme")
+            #expect(kept?.components.count == 1 && kept?.deviceKeys == ["key-vis_new"])
+            // The old one's id can be used again: no row of its components or keys was left behind.
+            try tx.putVisitor(VisitorRecord(id: "vis_old", organization: "acme", instanceId: nil, hardwareId: nil, firstSeen: 0, lastSeen: 2_000,
+                                            components: [], deviceKeys: []))
+            #expect(try tx.visitor(id: "vis_old", organization: "acme")?.deviceKeys == [])
+        }
+    }
+}
