@@ -479,3 +479,39 @@ struct StorageBoundsStoreContractTests {
         }
     }
 }
+
+/// The quota and the failure limit on `fingerly-server` processes over PostgreSQL: the stored
+/// bytes live in the database, so two instances enforce one quota.
+@Suite(.serialized, .enabled(if: PostgresCluster.isAvailable, "PostgreSQL's server binaries are not installed"))
+struct PostgresStorageBoundsTests {
+    @Test func twoInstancesEnforceOneQuotaAndShowItsFigures() throws {
+        let cluster = try PostgresCluster.shared()
+        let name = try cluster.createDatabase()
+        defer { cluster.dropDatabase(name) }
+        let url = cluster.url(database: name)
+        let acme = try addedKeys(try runServerCLI(["keys", "add", "--org", "acme", "--region", "eu", "--db", url]))
+        #expect(try runServerCLI(["keys", "quota", "--org", "acme", "--bytes", "1", "--db", url]).status == 0)
+        let first = try ServerProcess(database: url, arguments: ["--failure-limit", "3"])
+        let second = try ServerProcess(database: url)
+        defer { _ = first.terminate(); _ = second.terminate() }
+        func identify(_ server: ServerProcess, key: String = acme.publicKey) throws -> RawResponse {
+            try server.client.request("POST", "/v1/identify", headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json"),
+                                                                        ("Idempotency-Key", "\"\(UUID().uuidString.lowercased())\"")],
+                                      body: ServerTests.reportBody)
+        }
+        #expect(try identify(first).status == 200)
+        let full = try identify(second)
+        #expect(full.status == 507 && full.errorCode == "storage_quota_exceeded" && full.headers["retry-after"] == "3600")
+        let metrics = try second.client.request("GET", "/metrics").text
+        #expect((BoundedStorageTests.metric("fingerly_store_event_bytes", in: metrics) ?? 0) > 0)
+        #expect(BoundedStorageTests.metric("fingerly_store_organizations_over_quota", in: metrics) == 1)
+
+        // Junk: counted per address in each process, never in the database.
+        let unknown = ServerKey.generatePair(region: "eu", environment: "production", organization: "acme").publicKey
+        var statuses: [Int] = []
+        // Twenty within a second or two: a second that ends on the way only starts the count over.
+        for _ in 0..<20 { statuses.append(try identify(first, key: unknown).status) }
+        #expect(statuses.prefix(3).allSatisfy { $0 == 401 } && statuses.contains(429), "\(statuses)")
+        #expect(try identify(second, key: unknown).status == 401)
+    }
+}
