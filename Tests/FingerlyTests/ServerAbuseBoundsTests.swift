@@ -515,3 +515,28 @@ struct PostgresStorageBoundsTests {
         #expect(try identify(second, key: unknown).status == 401)
     }
 }
+
+/// Migration 4 on a database that already holds events: each organization's stored bytes start
+/// at what its events take, so a quota holds from the first request after the upgrade.
+@Suite struct StorageUsageMigrationTests {
+    @Test func theMigrationCountsTheEventsAlreadyStored() throws {
+        let database = try TestPaths.temporaryDirectory("quota-migration") + "/db.sqlite"
+        let store = try SQLiteStore(path: database)
+        try store.transaction { tx throws(StoreError) in
+            _ = try tx.ensureOrganization(named: "acme", now: 0)
+            for index in 0..<4 { try tx.insertEvent(StorageBoundsStoreContractTests.event("req_\(index)", organization: "acme", at: 1, size: 3_000)) }
+        }
+        let counted = try store.transaction { tx throws(StoreError) in try tx.storedBytes()["acme"] ?? 0 }
+        store.close()
+        // Back to version 3, as a database written before this migration is.
+        let downgrade = try runProcess("/usr/bin/sqlite3", [database, """
+            DROP TABLE storage_usage; ALTER TABLE organizations DROP COLUMN storage_quota; DELETE FROM schema_migrations WHERE version = 4;
+            """])
+        try #require(downgrade.status == 0, "\(downgrade.standardError)")
+        let upgraded = try SQLiteStore(path: database)
+        defer { upgraded.close() }
+        #expect(try upgraded.schemaVersion() == 4)
+        #expect(counted > 0)
+        #expect(try upgraded.transaction { tx throws(StoreError) in try tx.organization(named: "acme")?.storedBytes } == counted)
+    }
+}
