@@ -122,11 +122,13 @@ enum KeyCommands {
 
     /// Sets (`--bytes SIZE`, 0 for no limit, `default` for the server's) or shows an
     /// organization's storage quota and what its events take.
-    private static func quota(organization: String, bytes: String?, store: any IdentityStore, io: ServerIO) throws(StoreError) -> ServerExit {
+    private static func quota(organization: String, bytes: String?, store: any IdentityStore,
+                              io: ServerIO) throws(StoreError) -> ServerExit {
         var quota: Int64?
         if let bytes, bytes != "default" {
             guard let parsed = StorageSize.parse(bytes) else {
-                io.standardError("fingerly-server: --bytes must be a size (bytes, or with KiB, MiB, GiB or TiB), 0 for no limit, or default\n")
+                io.standardError("fingerly-server: --bytes must be a size (bytes, or with KiB, MiB, GiB or TiB), "
+                    + "0 for no limit, or default\n")
                 return .usage
             }
             quota = parsed

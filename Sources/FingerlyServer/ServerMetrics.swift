@@ -94,10 +94,12 @@ package final class ServerMetrics: Sendable {
             for (outcome, count) in state.signatures.sorted(by: { $0.key < $1.key }) {
                 lines.append("fingerly_identify_signatures_total{outcome=\"\(outcome)\"} \(count)")
             }
-            lines.append("# HELP fingerly_failure_limited_total Requests refused 429 too_many_failures: their address failed authentication too often.")
+            lines.append("# HELP fingerly_failure_limited_total Requests refused 429 too_many_failures: "
+                + "their address failed authentication too often.")
             lines.append("# TYPE fingerly_failure_limited_total counter")
             lines.append("fingerly_failure_limited_total \(state.failureLimited)")
-            lines.append("# HELP fingerly_retention_purged_total Rows removed by retention: events, visitors (with their components and keys), idempotency records.")
+            lines.append("# HELP fingerly_retention_purged_total Rows removed by retention: "
+                + "events, visitors (with their components and keys), idempotency records.")
             lines.append("# TYPE fingerly_retention_purged_total counter")
             for kind in ["events", "visitors", "idempotency"] {
                 lines.append("fingerly_retention_purged_total{kind=\"\(kind)\"} \(state.purged[kind, default: 0])")
@@ -106,7 +108,8 @@ package final class ServerMetrics: Sendable {
                 lines.append("# HELP fingerly_store_event_bytes Bytes of event documents stored, all organizations together (as stored).")
                 lines.append("# TYPE fingerly_store_event_bytes gauge")
                 lines.append("fingerly_store_event_bytes \(storage.eventBytes)")
-                lines.append("# HELP fingerly_store_organizations_over_quota Organizations whose events fill their storage quota (identify answers 507).")
+                lines.append("# HELP fingerly_store_organizations_over_quota Organizations whose events fill their storage quota "
+                    + "(identify answers 507).")
                 lines.append("# TYPE fingerly_store_organizations_over_quota gauge")
                 lines.append("fingerly_store_organizations_over_quota \(storage.organizationsOverQuota)")
             }

@@ -108,7 +108,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     private func identify(_ head: HTTPRequestHead, _ body: [UInt8]) -> HTTPResponse {
         let now = clock()
         guard let key = bearer(head), key.kind == .publicKey else {
-            return authenticationFailed(head, now, .error(401, "invalid_key", "Identify needs a public key: Authorization: Bearer fly_pk_…."))
+            return authenticationFailed(head, now,
+                                        .error(401, "invalid_key", "Identify needs a public key: Authorization: Bearer fly_pk_…."))
         }
         // Judged here, answered in this order inside the admission: a request with an unknown
         // key is told so before anything about its headers or its signature.
@@ -184,7 +185,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         let quota = organization.storageQuota ?? configuration.storageQuota
         guard quota > 0, organization.storedBytes >= quota else { return nil }
         return .error(507, "storage_quota_exceeded",
-                      "The organization keeps \(StorageSize.describe(organization.storedBytes)) of events, its quota is \(StorageSize.describe(quota)).",
+                      "The organization keeps \(StorageSize.describe(organization.storedBytes)) of events, "
+                        + "its quota is \(StorageSize.describe(quota)).",
                       headers: [("Retry-After", String(Self.quotaRetrySeconds))])
     }
 
@@ -202,7 +204,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         if signatureFields.contains(where: { !head.values($0).isEmpty }) {
             do {
                 // The path as received: `/v1/%69dentify` routes as identify but is not what was signed.
-                let verified = try MessageSignature.verify(method: head.method, path: String(head.receivedPath), fields: head.fields, body: body,
+                let verified = try MessageSignature.verify(method: head.method, path: String(head.receivedPath),
+                                                           fields: head.fields, body: body,
                                                            now: now, window: configuration.signatureWindow)
                 return (verified.keyID, nil, "verified")
             } catch {
@@ -249,7 +252,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     private func event(_ head: HTTPRequestHead) -> HTTPResponse {
         let now = clock()
         guard let key = bearer(head) else {
-            return authenticationFailed(head, now, .error(401, "invalid_key", "Reading events needs a secret key: Authorization: Bearer fly_sk_…."))
+            return authenticationFailed(head, now,
+                                        .error(401, "invalid_key", "Reading events needs a secret key: Authorization: Bearer fly_sk_…."))
         }
         if failures.isExhausted(peer: head.peer, now: now) { return failureLimited() }
         let requestId = String(head.path.dropFirst("/v1/events/".count))

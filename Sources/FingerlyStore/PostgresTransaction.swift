@@ -44,7 +44,9 @@ final class PostgresTransaction: StoreTransaction {
     }
 
     func storedBytes() throws(StoreError) -> [String: Int64] {
-        let rows = try open().query("SELECT organization, sum(bytes) FROM storage_usage GROUP BY organization", []) { ($0.text(0), $0.integer(1)) }
+        let rows = try open().query("SELECT organization, sum(bytes) FROM storage_usage GROUP BY organization", []) {
+            ($0.text(0), $0.integer(1))
+        }
         return Dictionary(rows, uniquingKeysWith: +)
     }
 

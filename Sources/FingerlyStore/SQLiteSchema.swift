@@ -136,7 +136,10 @@ enum SQLiteSchema {
                 PRIMARY KEY (organization, slot)
             ) WITHOUT ROWID
             """,
-            "INSERT INTO storage_usage (organization, slot, bytes) SELECT organization, 0, sum(length(document)) FROM events GROUP BY organization",
+            """
+            INSERT INTO storage_usage (organization, slot, bytes)
+            SELECT organization, 0, sum(length(document)) FROM events GROUP BY organization
+            """,
         ]),
     ]
 }

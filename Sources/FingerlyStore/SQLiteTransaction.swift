@@ -28,11 +28,14 @@ final class SQLiteTransaction: StoreTransaction {
     }
 
     func setStorageQuota(_ bytes: Int64?, organization name: String) throws(StoreError) -> Bool {
-        try open().execute("UPDATE organizations SET storage_quota = ?1 WHERE name = ?2", [bytes.map(SQLValue.integer) ?? .null, .text(name)]) > 0
+        try open().execute("UPDATE organizations SET storage_quota = ?1 WHERE name = ?2",
+                           [bytes.map(SQLValue.integer) ?? .null, .text(name)]) > 0
     }
 
     func storedBytes() throws(StoreError) -> [String: Int64] {
-        let rows = try open().query("SELECT organization, sum(bytes) FROM storage_usage GROUP BY organization", []) { ($0.text(0), $0.integer(1)) }
+        let rows = try open().query("SELECT organization, sum(bytes) FROM storage_usage GROUP BY organization", []) {
+            ($0.text(0), $0.integer(1))
+        }
         return Dictionary(rows, uniquingKeysWith: +)
     }
 
