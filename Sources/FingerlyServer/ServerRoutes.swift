@@ -155,7 +155,9 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                 refusal = limited
                 return .refused(Self.refusedMarker)
             }
-            if let full = quotaExceeded(organization) {
+            // A retry of an answered request stores nothing: it gets its answer again, full or not.
+            if let full = quotaExceeded(organization),
+               try !hasAnswer(tx, organization: record.organization, key: idempotencyKey, now: now) {
                 refusal = full
                 return .refused(Self.refusedMarker)
             }
@@ -188,6 +190,17 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                       "The organization keeps \(StorageSize.describe(organization.storedBytes)) of events, "
                         + "its quota is \(StorageSize.describe(quota)).",
                       headers: [("Retry-After", String(Self.quotaRetrySeconds))])
+    }
+
+    /// Whether the engine would replay a stored answer for this idempotency key (or refuse it as
+    /// reused): either way it stores nothing new.
+    private func hasAnswer(_ tx: any StoreTransaction, organization: String, key: String?,
+                           now: Int64) throws(StoreError) -> Bool {
+        guard let key, let record = try tx.idempotency(organization: organization, key: key), record.state == .complete else {
+            return false
+        }
+        let age = now.subtractingReportingOverflow(record.createdAt)
+        return !age.overflow && age.partialValue < IdentityEngine.idempotencyRetentionSeconds
     }
 
     /// The retention pass frees room hourly.

@@ -168,8 +168,10 @@ struct BoundedStorageTests {
         // Its own quota, none, over the server's.
         _ = try harness.store.transaction { tx throws(StoreError) in try tx.setStorageQuota(0, organization: "other") }
         var statuses: [Int] = []
-        for _ in 0..<20 {
-            let answer = try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(publicKey), body: ServerTests.reportBody)
+        let firstKey = "\"\(UUID().uuidString.lowercased())\""
+        for index in 0..<20 {
+            let headers = index == 0 ? harness.identifyHeaders(publicKey, idempotencyKey: firstKey) : harness.identifyHeaders(publicKey)
+            let answer = try harness.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.reportBody)
             statuses.append(answer.status)
             if answer.status == 507 {
                 #expect(answer.errorCode == "storage_quota_exceeded")
@@ -178,6 +180,11 @@ struct BoundedStorageTests {
             }
         }
         #expect(statuses.first == 200 && statuses.last == 507, "\(statuses)")
+        // A retry of an answered request still gets its answer: it stores nothing.
+        let retried = try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(publicKey, idempotencyKey: firstKey),
+                                                 body: ServerTests.reportBody)
+        #expect(retried.status == 200, "\(retried.text)")
+        #expect(try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(retried.body)).duplicate)
         let stored = try harness.store.transaction { tx throws(StoreError) in try tx.organization(named: "acme") }
         #expect((stored?.storedBytes ?? 0) >= 4_096)
         #expect(try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(otherKey), body: ServerTests.reportBody).status == 200)
