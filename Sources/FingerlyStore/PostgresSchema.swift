@@ -120,7 +120,7 @@ enum PostgresSchema {
         ]),
         // SQLiteSchema's migration 4: each organization's stored bytes, here over several slots
         // so concurrent identify transactions of one organization rarely wait on one row lock.
-        Migration(version: 4, statements: [
+        Migration(version: SQLiteSchema.storageUsageVersion, statements: [
             "ALTER TABLE organizations ADD COLUMN storage_quota BIGINT",
             """
             CREATE TABLE storage_usage (

@@ -8,6 +8,8 @@ enum SQLiteSchema {
     }
 
     static var latestVersion: Int64 { migrations.last?.version ?? 0 }
+    /// The migration that adds storage quotas, for the test that replays it on a populated database.
+    static let storageUsageVersion: Int64 = 4
 
     static let createMigrationTable = """
         CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -126,7 +128,7 @@ enum SQLiteSchema {
         // PostgreSQL can spread one organization's concurrent writes over several rows (slot);
         // SQLite, one writer at a time, uses slot 0. Visitors are swept by age without an index
         // on last_seen: it changes on every identify, and the hourly sweep may scan.
-        Migration(version: 4, statements: [
+        Migration(version: storageUsageVersion, statements: [
             "ALTER TABLE organizations ADD COLUMN storage_quota INTEGER",
             """
             CREATE TABLE storage_usage (

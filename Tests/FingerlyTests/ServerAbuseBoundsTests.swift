@@ -523,7 +523,7 @@ struct PostgresStorageBoundsTests {
     }
 }
 
-/// Migration 4 on a database that already holds events: each organization's stored bytes start
+/// The storage-usage migration on a database that already holds events: each organization's stored bytes start
 /// at what its events take, so a quota holds from the first request after the upgrade.
 @Suite struct StorageUsageMigrationTests {
     @Test func theMigrationCountsTheEventsAlreadyStored() throws {
@@ -535,14 +535,15 @@ struct PostgresStorageBoundsTests {
         }
         let counted = try store.transaction { tx throws(StoreError) in try tx.storedBytes()["acme"] ?? 0 }
         store.close()
-        // Back to version 3, as a database written before this migration is.
+        // Back to the version before it, as a database written before this migration is.
         let downgrade = try runProcess("/usr/bin/sqlite3", [database, """
-            DROP TABLE storage_usage; ALTER TABLE organizations DROP COLUMN storage_quota; DELETE FROM schema_migrations WHERE version = 4;
+            DROP TABLE storage_usage; ALTER TABLE organizations DROP COLUMN storage_quota;
+            DELETE FROM schema_migrations WHERE version = \(SQLiteSchema.storageUsageVersion);
             """])
         try #require(downgrade.status == 0, "\(downgrade.standardError)")
         let upgraded = try SQLiteStore(path: database)
         defer { upgraded.close() }
-        #expect(try upgraded.schemaVersion() == 4)
+        #expect(try upgraded.schemaVersion() == SQLiteSchema.latestVersion)
         #expect(counted > 0)
         #expect(try upgraded.transaction { tx throws(StoreError) in try tx.organization(named: "acme")?.storedBytes } == counted)
     }
