@@ -6,10 +6,11 @@ import FingerlyProbes
 extension Fingerly {
     func collectBlocking(tag: String?, tiers: Set<Tier>, startedAt started: Double = monotonicMilliseconds(),
                          log: HostAccessLog? = nil, only probeIds: Set<String>? = nil, start: CollectorStart? = nil,
-                         reusing prefetched: Prefetched? = nil) -> SignalReport {
+                         reusing prefetched: Prefetched? = nil, reading host: HostFileSystem? = nil,
+                         hasher: IdentifierHasher? = nil) -> SignalReport {
         fingerlyCollectEntry()
-        let hasher = identifierHasher()
-        var environment = ProbeEnvironment(host: HostFileSystem(root: options.root, log: log), tables: .embedded,
+        let hasher = hasher ?? identifierHasher()
+        var environment = ProbeEnvironment(host: host ?? HostFileSystem(root: options.root, log: log), tables: .embedded,
                                            filter: filter, hasher: hasher)
         environment.pinChecks = options.tlsPinChecks
         let start = start ?? CollectorStart.observe(environment.host)
@@ -39,10 +40,11 @@ extension Fingerly {
         }
         let traced = (start.tracerPid ?? 0) > 0
         var entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: schedule.concurrency)
-            .run(jobs, in: environment, startedAt: started, slowedDown: traced || start.slowdown?.isInstrumented == true)
+            .run(jobs, in: environment, startedAt: started,
+                 slowdown: traced ? .traced : start.slowdown?.isInstrumented == true ? .translated : .none)
         entries += prefetched?.entries ?? []
         if options.frozenClock != nil { entries = entries.map(\.withoutDuration) }
-        for entry in entries where entry.status != .ok && entry.status != .skipped {
+        for entry in entries where entry.status != .ok && entry.status != .skipped && host?.root != Self.warmUpRoot {
             logger?.log(.debug, "probe \(entry.id): \(entry.status.rawValue): \(entry.detail ?? "")")
         }
         let order = Dictionary(catalogue.probes.enumerated().map { ($0.element.id, $0.offset) }, uniquingKeysWith: { first, _ in first })
@@ -72,6 +74,24 @@ extension Fingerly {
 }
 
 extension Fingerly {
+    /// A root that holds nothing: every read under it fails as absent.
+    static let warmUpRoot = "/proc/self/fdinfo/fingerly-warm-up"
+
+    /// Runs a call's whole path once, against a root that holds nothing and with a key of its own, so
+    /// that nothing of the host is read and nothing is kept. Natively this costs little; under a
+    /// tracer that stops at every library call (ltrace), the Swift runtime's first use of each type
+    /// on that path makes hundreds of calls of its own, about a millisecond each, and a first
+    /// identify would spend its whole budget on them before its first probe.
+    @discardableResult
+    func warmUpCallPath() -> SignalReport {
+        // One probe: the coordinator's and a probe thread's paths, without forty threads natively.
+        let first = catalogue.probes.first { $0.id != CollectorProbe.probeId }.map { Set([$0.id]) } ?? []
+        let report = collectBlocking(tag: nil, tiers: Set(Tier.allCases), only: first,
+                                     reading: HostFileSystem(root: Self.warmUpRoot), hasher: .perRun(freeText: freeText))
+        _ = CollectorStart.tracer(inStatus: "Name:\tfingerly\nTracerPid:\t0\n")
+        return report
+    }
+
     static func scaled(_ timeoutMs: Int, by factor: Int, within budgetMs: Int) -> Int {
         guard factor > 1 else { return timeoutMs }
         let (product, overflow) = timeoutMs.multipliedReportingOverflow(by: factor)

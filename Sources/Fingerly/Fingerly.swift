@@ -42,7 +42,7 @@ public final class Fingerly: Sendable {
     package let filter: AttributeFilter
     /// How personal free text is reported: the caller's choice, else the policy's. Known at
     /// load, so the first collection need not wait for the policy to be parsed.
-    private let freeText: FreeTextHandling
+    let freeText: FreeTextHandling
     var logger: (any FingerlyLogHandler)? { options.logger }
     let consent: Mutex<ConsentState>
     package let probes: [String: any Probe]
@@ -157,6 +157,7 @@ public final class Fingerly: Sendable {
         guard options.prefetchMaxAgeMs > 0 else { throw invalid("options.prefetchMaxAgeMs", "must be positive, got \(options.prefetchMaxAgeMs)") }
         let instance = Fingerly(apiKey: key, apiKeyText: apiKey, endpoint: endpoint, schedule: schedule, consent: consent, options: options,
                                 policy: given, filter: filter, probes: probes, catalogue: catalogue)
+        instance.warmUpCallPath()
         instance.startBackgroundWork()
         return instance
     }

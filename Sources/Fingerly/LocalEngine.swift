@@ -24,7 +24,9 @@ extension Fingerly {
                 throw .invalidConfiguration(field: "options.stateDirectory",
                                             reason: "the local mode keeps its visitors in a state directory, and none can be named")
             }
-            if let problem = StateDirectory.makeDirectories(directory) {
+            // The rule of the installation secret beside it: a store another user may write is
+            // one whose visitors and events they may rewrite.
+            if let problem = Self.untrustedLocalStore(in: directory) {
                 throw .invalidConfiguration(field: "options.stateDirectory", reason: problem)
             }
             do {
@@ -37,6 +39,27 @@ extension Fingerly {
                 throw .invalidConfiguration(field: "options.stateDirectory", reason: "the local store cannot be opened: \(error)")
             }
         }
+    }
+
+    /// Why the local store in `directory` cannot be trusted, nil when it can: the directory
+    /// must be writable by this user alone, and the database and its WAL files, where they
+    /// exist, regular files of this user that nobody else may write.
+    static func untrustedLocalStore(in directory: String) -> String? {
+        let directoryFd: Int32
+        switch StateDirectory.openOwned(directory) {
+        case .success(let fd): directoryFd = fd
+        case .failure(let problem): return problem.description
+        }
+        defer { close(directoryFd) }
+        for name in [localDatabaseName, localDatabaseName + "-wal", localDatabaseName + "-shm"] {
+            var info = stat()
+            guard fstatat(directoryFd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                if errno == ENOENT { continue }
+                return "\(directory)/\(name): \(String(cString: strerror(errno)))"
+            }
+            if let problem = StateDirectory.untrustedFile(info, othersMode: 0o022) { return "\(directory)/\(name): \(problem)" }
+        }
+        return nil
     }
 
     /// Resolves a collected report here: the same body a server would get, the same engine.

@@ -21,6 +21,15 @@ struct ProbeEnvironment: Sendable {
     var pinChecks: [TLSPinCheck] = []
 }
 
+/// What the collector saw of its own speed before a run.
+enum RunSlowdown: Sendable {
+    case none
+    /// An instrumenting runtime or a binary translator (valgrind, QEMU user mode).
+    case translated
+    /// A tracer is attached.
+    case traced
+}
+
 /// Runs probes concurrently under a hard wall-clock budget.
 ///
 /// Each probe runs on its own OS thread. The coordinator waits on a semaphore with a deadline
@@ -39,11 +48,14 @@ struct Scheduler: Sendable {
 
     /// - Parameters:
     ///   - startedAt: when the caller's budget began (monotonic ms); defaults to now.
-    ///   - slowedDown: a tracer or a translator was seen before the run: preparing it took as long as
-    ///     finishing will, and that time is kept back. Otherwise a first call's one-time costs (an
-    ///     installation secret written and synced) would cut its probes' time for nothing.
+    ///   - slowdown: what was seen before the run. Under a translator, preparing the run took about as
+    ///     long as finishing will, and that time is kept back. A tracer that stops at every library
+    ///     call (ltrace) makes finishing cost more than preparing, which the load's warm-up made
+    ///     cheap: each of the coordinator's calls waits for the tracer to be done with every probe
+    ///     thread's; half the budget is kept back. Natively nothing is: a first call's one-time costs
+    ///     (an installation secret written and synced) would cut its probes' time for nothing.
     func run(_ jobs: [ScheduledProbe], in environment: ProbeEnvironment, startedAt: Double = monotonicMilliseconds(),
-             slowedDown: Bool = false) -> [ProbeEntry] {
+             slowdown: RunSlowdown = .none) -> [ProbeEntry] {
         let budgetDeadline = startedAt + Double(budgetMs)
         let finished = Mutex<[Int: ProbeEntry]>([:])
         let wakeUp = DispatchSemaphore(value: 0)
@@ -57,11 +69,15 @@ struct Scheduler: Sendable {
 
         // What finishing costs: after the last probe the coordinator still builds the entries, and
         // the caller the report. The run keeps that back from the budget, up to half of it, and ends
-        // that much early. Two estimates, whichever is larger: in a slowed-down process, what
-        // preparing the run took before any probe started (under ltrace, which stops every library
-        // call, 650 ms), and a few of this loop's slowest turns (under ltrace 10-30 ms each;
-        // natively tens of microseconds).
-        var reserveMs = slowedDown ? min(Double(budgetMs) / 2, max(0, monotonicMilliseconds() - startedAt)) : 0
+        // that much early: what the slowdown seen before the run says (above), or a few of this
+        // loop's slowest turns (under ltrace 10-30 ms each; natively tens of microseconds), whichever
+        // is larger.
+        var reserveMs: Double
+        switch slowdown {
+        case .none: reserveMs = 0
+        case .translated: reserveMs = min(Double(budgetMs) / 2, max(0, monotonicMilliseconds() - startedAt))
+        case .traced: reserveMs = Double(budgetMs) / 2
+        }
         var runDeadline: Double { budgetDeadline - reserveMs }
 
         while true {

@@ -31,6 +31,40 @@ enum StateDirectory {
         defaultPath(environment: (try? ProcessEnvironment.read(from: HostFileSystem()))?.variables ?? [:])
     }
 
+    /// Opens `directory` (made if missing) as a place only this user (or root) may write:
+    /// anyone else who may write it may swap a file in it for one they made. The descriptor,
+    /// or why the directory cannot hold this user's state.
+    static func openOwned(_ directory: String) -> Result<Int32, StateDirectoryProblem> {
+        guard directory.hasPrefix("/") else { return .failure(StateDirectoryProblem("\(directory): not an absolute path")) }
+        if let failure = makeDirectories(directory) { return .failure(StateDirectoryProblem(failure)) }
+        let directoryFd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directoryFd >= 0 else { return .failure(StateDirectoryProblem("\(directory): \(SystemError(errno))")) }
+        var info = stat()
+        guard fstat(directoryFd, &info) == 0 else {
+            let code = errno
+            close(directoryFd)
+            return .failure(StateDirectoryProblem("\(directory): \(SystemError(code))"))
+        }
+        guard info.st_uid == geteuid() || info.st_uid == 0, info.st_mode & 0o022 == 0 else {
+            close(directoryFd)
+            return .failure(StateDirectoryProblem("\(directory): writable by another user"))
+        }
+        return .success(directoryFd)
+    }
+
+    /// Why a file of the state directory cannot be trusted: not a regular file, not this
+    /// user's, or open to others through any bit of `othersMode` (0o077: neither read nor
+    /// written by others; 0o022: not written). nil when it can.
+    static func untrustedFile(_ info: stat, othersMode: mode_t) -> String? {
+        guard info.st_mode & S_IFMT == S_IFREG else { return "not a regular file" }
+        guard info.st_uid == geteuid() else { return "owned by uid \(info.st_uid), not by this user" }
+        guard info.st_mode & othersMode == 0 else {
+            let what = othersMode & 0o044 != 0 ? "readable or writable" : "writable"
+            return "\(what) by others (mode \(String(info.st_mode & 0o777, radix: 8)))"
+        }
+        return nil
+    }
+
     /// mkdir -p, new components private to this user.
     static func makeDirectories(_ path: String) -> String? {
         var prefix = ""
@@ -40,6 +74,12 @@ enum StateDirectory {
         }
         return nil
     }
+}
+
+/// Why a state directory cannot hold this user's state, for a message.
+struct StateDirectoryProblem: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }
 
 /// The per-installation key for identifiers when no API key is given. Identifiers keyed with a
@@ -59,17 +99,13 @@ enum InstallationSecret {
     /// Refuses a secret file that is a symbolic link, not a regular file, not owned by this
     /// user, readable by anyone else, or of the wrong size: someone else could know it.
     static func loadOrCreate(in directory: String) -> Outcome {
-        guard directory.hasPrefix("/") else { return .unavailable("\(directory): not an absolute path") }
-        if let failure = StateDirectory.makeDirectories(directory) { return .unavailable(failure) }
-        let directoryFd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directoryFd >= 0 else { return .unavailable("\(directory): \(describe(errno))") }
-        defer { close(directoryFd) }
-        var info = stat()
-        guard fstat(directoryFd, &info) == 0 else { return .unavailable("\(directory): \(describe(errno))") }
         // Anyone who may write the directory may swap the secret for one they know.
-        guard info.st_uid == geteuid() || info.st_uid == 0, info.st_mode & 0o022 == 0 else {
-            return .unavailable("\(directory): writable by another user")
+        let directoryFd: Int32
+        switch StateDirectory.openOwned(directory) {
+        case .success(let fd): directoryFd = fd
+        case .failure(let problem): return .unavailable(problem.description)
         }
+        defer { close(directoryFd) }
 
         switch readSecret(directoryFd) {
         case .secret(let bytes): return .secret(bytes)
@@ -112,9 +148,7 @@ enum InstallationSecret {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { return .unavailable(describe(errno)) }
-        guard info.st_mode & S_IFMT == S_IFREG else { return .unavailable("not a regular file") }
-        guard info.st_uid == geteuid() else { return .unavailable("owned by uid \(info.st_uid), not by this user") }
-        guard info.st_mode & 0o077 == 0 else { return .unavailable("readable or writable by others (mode \(String(info.st_mode & 0o777, radix: 8)))") }
+        if let problem = StateDirectory.untrustedFile(info, othersMode: 0o077) { return .unavailable(problem) }
         guard info.st_size == length else { return .unavailable("\(info.st_size) bytes, expected \(length)") }
         var bytes = [UInt8](repeating: 0, count: length)
         var filled = 0

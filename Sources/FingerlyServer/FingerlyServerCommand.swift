@@ -35,6 +35,7 @@ package enum FingerlyServerCommand {
                fingerly-server keys suspend --org NAME [--db PATH]
                fingerly-server keys resume --org NAME [--db PATH]
                fingerly-server keys revoke --key fly_pk_… [--db PATH]
+               fingerly-server keys quota --org NAME [--bytes SIZE|0|default] [--db PATH]
                fingerly-server migrate [--db PATH|URL]
 
         Answers POST /v1/identify and GET /v1/events/{requestId} (docs/api.md) from a SQLite
@@ -47,8 +48,17 @@ package enum FingerlyServerCommand {
                                     postgres://user@host/db (PG* variables apply); --db too. Pending schema
                                     migrations are applied at start; a newer schema is refused
           --body-limit BYTES        Largest request body (default 1048576): larger is 413
-          --rate-limit N            Requests per second per key (default 100): more is 429
+          --rate-limit N            Authenticated requests per second per key (default 100): more is 429
           --retention-days N        Events older than this are purged at start and hourly (default 30; 0 keeps all)
+          --visitor-retention-days N
+                                    Visitors unseen for N days are purged, with their components and
+                                    device keys, on the same passes (default 90; 0 keeps all)
+          --storage-quota SIZE      Bytes of events each organization may keep, as stored (bytes, or with
+                                    KiB, MiB, GiB, TiB; default 256MiB; 0: no limit); past it identify is
+                                    507 storage_quota_exceeded. `keys quota` sets one organization's
+          --failure-limit N         Failed authentications (unknown key, missing or bad signature) per
+                                    second per source address (default 10); past it, its requests
+                                    without a verifying signature get 429 too_many_failures
           --threads N               libmicrohttpd worker threads (default 4)
           --connection-limit N      Open connections at most (default 512)
           --connection-timeout S    Idle or slow connections are closed after S seconds (default 10)

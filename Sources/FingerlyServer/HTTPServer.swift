@@ -9,9 +9,26 @@ import Glibc
 /// What arrived before the body: the request line and the header fields.
 package struct HTTPRequestHead: Sendable {
     package let method: String
-    /// The path without query, as libmicrohttpd hands it over.
+    /// The path without query, as libmicrohttpd hands it over (percent-decoded): what routes.
     package let path: String
     package let fields: [(name: String, value: String)]
+    /// The request-target exactly as received, query included: what a signature covers.
+    package let target: String
+    /// The client's address (an IPv6 one cut to its /64), empty when unknown.
+    package let peer: String
+
+    package init(method: String, path: String, fields: [(name: String, value: String)], target: String? = nil, peer: String = "") {
+        self.method = method
+        self.path = path
+        self.fields = fields
+        self.target = target ?? path
+        self.peer = peer
+    }
+
+    /// The target's path as received, before any query: `@path` of RFC 9421 §2.2.6.
+    package var receivedPath: Substring { target.prefix { $0 != "?" } }
+    /// Whether the target carries a query (or an empty `?`).
+    package var hasQuery: Bool { target.contains("?") }
 
     /// Every value of a field, names compared without case.
     package func values(_ name: String) -> [String] {
@@ -167,12 +184,15 @@ package final class HTTPServer: @unchecked Sendable {
     fileprivate func handle(connection: OpaquePointer?, url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?,
                             uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>?,
                             requestState: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> MHD_Result {
-        guard let requestState, let uploadSize else { return .NO }
-        guard let stored = requestState.pointee else {
+        // The request-start callback made it; nil only when it ran out of memory.
+        guard let requestState, let uploadSize, let started = requestState.pointee?.assumingMemoryBound(to: fingerly_httpd_request.self),
+              let target = started.pointee.target else { return .NO }
+        guard let stored = started.pointee.state else {
+            let peer = withUnsafeBytes(of: started.pointee.peer) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             let head = HTTPRequestHead(method: method.map { String(cString: $0) } ?? "", path: url.map { String(cString: $0) } ?? "",
-                                       fields: Self.fields(of: connection))
+                                       fields: Self.fields(of: connection), target: String(cString: target), peer: peer)
             let state = RequestState(head: head)
-            requestState.pointee = Unmanaged.passRetained(state).toOpaque()
+            started.pointee.state = Unmanaged.passRetained(state).toOpaque()
             inFlight.add(1, ordering: .acquiringAndReleasing)
             if let declared = head.values("content-length").first.flatMap({ Int($0) }), declared > application.bodyLimit {
                 return queue(Self.tooLarge(application.bodyLimit), state, connection)
@@ -206,8 +226,12 @@ package final class HTTPServer: @unchecked Sendable {
     }
 
     fileprivate func completed(requestState: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) {
-        guard let requestState, let stored = requestState.pointee else { return }
+        guard let requestState, let started = requestState.pointee?.assumingMemoryBound(to: fingerly_httpd_request.self) else { return }
         requestState.pointee = nil
+        let stored = started.pointee.state
+        fingerly_httpd_request_free(started)
+        // A request refused before its head was complete never reached the application.
+        guard let stored else { return }
         let state = Unmanaged<RequestState>.fromOpaque(stored).takeRetainedValue()
         let seconds = Double(monotonicNanoseconds() &- state.started) / 1e9
         application.finished(state.head, status: state.status, seconds: seconds)

@@ -7,14 +7,14 @@ import Glibc
 enum KeyCommands {
     static func run(_ arguments: [String], io: ServerIO) -> ServerExit {
         guard let action = arguments.first else {
-            io.standardError("fingerly-server: keys needs an action: add, list, suspend, resume or revoke\n")
+            io.standardError("fingerly-server: keys needs an action: add, list, suspend, resume, revoke or quota\n")
             return .usage
         }
         var options: [String: String] = [:]
         var index = 1
         while index < arguments.count {
             let name = arguments[index]
-            guard ["--org", "--env", "--region", "--db", "--database", "--key"].contains(name) else {
+            guard ["--org", "--env", "--region", "--db", "--database", "--key", "--bytes"].contains(name) else {
                 io.standardError("fingerly-server: keys \(action): unexpected argument '\(name)'\n")
                 return .usage
             }
@@ -35,10 +35,11 @@ enum KeyCommands {
         case "list": ["org", "db"]
         case "suspend", "resume": ["org", "db"]
         case "revoke": ["key", "db"]
+        case "quota": ["org", "bytes", "db"]
         default: []
         }
         guard !allowed.isEmpty else {
-            io.standardError("fingerly-server: unknown keys action '\(action)'; expected add, list, suspend, resume or revoke\n")
+            io.standardError("fingerly-server: unknown keys action '\(action)'; expected add, list, suspend, resume, revoke or quota\n")
             return .usage
         }
         if let extra = options.keys.sorted().first(where: { !allowed.contains($0) }) {
@@ -64,6 +65,7 @@ enum KeyCommands {
             switch action {
             case "add": return try add(options, store: store, io: io)
             case "list": return try list(organization: options["org"], store: store, io: io)
+            case "quota": return try quota(organization: options["org"] ?? "", bytes: options["bytes"], store: store, io: io)
             case "suspend", "resume":
                 let organization = options["org"] ?? ""
                 let found = try store.transaction { tx throws(StoreError) in try tx.setSuspended(action == "suspend", organization: organization) }
@@ -115,6 +117,32 @@ enum KeyCommands {
         io.standardOutput("public key: \(pair.publicKey)\nsecret key: \(pair.secretKey)\n")
         io.standardError("The secret key is shown once and stored only as its SHA-256: keep it on your servers.\n"
             + (suspended ? "Note: organization \(organization) is suspended; its keys get 402 until `keys resume`.\n" : ""))
+        return .success
+    }
+
+    /// Sets (`--bytes SIZE`, 0 for no limit, `default` for the server's) or shows an
+    /// organization's storage quota and what its events take.
+    private static func quota(organization: String, bytes: String?, store: any IdentityStore,
+                              io: ServerIO) throws(StoreError) -> ServerExit {
+        var quota: Int64?
+        if let bytes, bytes != "default" {
+            guard let parsed = StorageSize.parse(bytes) else {
+                io.standardError("fingerly-server: --bytes must be a size (bytes, or with KiB, MiB, GiB or TiB), "
+                    + "0 for no limit, or default\n")
+                return .usage
+            }
+            quota = parsed
+        }
+        let record = try store.transaction { tx throws(StoreError) -> OrganizationRecord? in
+            if bytes != nil, !(try tx.setStorageQuota(quota, organization: organization)) { return nil }
+            return try tx.organization(named: organization)
+        }
+        guard let record else {
+            io.standardError("fingerly-server: no organization '\(organization)'\n")
+            return .noUser
+        }
+        let limit = record.storageQuota.map { $0 == 0 ? "none" : StorageSize.describe($0) } ?? "the server's storage-quota"
+        io.standardOutput("organization \(organization): quota \(limit); events stored \(record.storedBytes) bytes\n")
         return .success
     }
 

@@ -68,6 +68,15 @@ package struct ServerConfiguration: Sendable, Hashable {
     package var rateLimit = 100
     /// Events older than this many days are purged at start and hourly; 0 keeps them forever.
     package var retentionDays = 30
+    /// Visitors not seen for this many days are purged with their components and device keys,
+    /// on the same passes; 0 keeps them forever.
+    package var visitorRetentionDays = 90
+    /// Bytes of event documents an organization may keep (as stored) unless `keys quota` gives
+    /// it its own; 0 for no limit. Past it, identify answers 507 until retention frees room.
+    package var storageQuota: Int64 = 256 * 1_048_576
+    /// Authentication failures (unknown key, missing or bad signature) per source address per
+    /// second; past it, that address's requests without a verifying signature get 429.
+    package var failureLimit = 10
     package var threads = 4
     package var connectionLimit = 512
     /// Seconds an idle or slow connection is kept.
@@ -96,7 +105,8 @@ package struct ServerConfiguration: Sendable, Hashable {
     }
 
     /// The keys a configuration file and `--flags` share.
-    package static let keys = ["listen", "database", "body-limit", "rate-limit", "retention-days", "threads",
+    package static let keys = ["listen", "database", "body-limit", "rate-limit", "retention-days", "visitor-retention-days",
+                               "storage-quota", "failure-limit", "threads",
                                "connection-limit", "connection-timeout", "header-limit", "shutdown-grace",
                                "require-signatures", "tls-cert", "tls-key", "policy"]
 
@@ -121,6 +131,13 @@ package struct ServerConfiguration: Sendable, Hashable {
         case "body-limit": bodyLimit = try number(1024...64 * 1_048_576)
         case "rate-limit": rateLimit = try number(1...1_000_000)
         case "retention-days": retentionDays = try number(0...36_500)
+        case "visitor-retention-days": visitorRetentionDays = try number(0...36_500)
+        case "storage-quota":
+            guard let bytes = StorageSize.parse(value) else {
+                throw ConfigurationError("\(origin): storage-quota must be bytes, optionally with KiB, MiB, GiB or TiB (0: no limit)")
+            }
+            storageQuota = bytes
+        case "failure-limit": failureLimit = try number(1...1_000_000)
         case "threads": threads = try number(1...256)
         case "connection-limit": connectionLimit = try number(1...65_536)
         case "connection-timeout": connectionTimeout = try number(1...3600)
@@ -177,5 +194,32 @@ extension Substring {
         while let first = text.first, first == " " || first == "\t" || first == "\r" { text = text.dropFirst() }
         while let last = text.last, last == " " || last == "\t" || last == "\r" { text = text.dropLast() }
         return text
+    }
+}
+
+/// A size in bytes as an operator writes it: digits, optionally followed by KiB, MiB, GiB or
+/// TiB; at most 1 PiB.
+package enum StorageSize {
+    static let units: [(suffix: String, factor: Int64)] = [("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40)]
+    static let maximum: Int64 = 1 << 50
+
+    package static func parse(_ text: String) -> Int64? {
+        var digits = Substring(text)
+        var factor: Int64 = 1
+        if let unit = units.first(where: { text.hasSuffix($0.suffix) }) {
+            digits = digits.dropLast(unit.suffix.count)
+            factor = unit.factor
+        }
+        guard (1...16).contains(digits.utf8.count), digits.utf8.allSatisfy({ (48...57).contains($0) }), let number = Int64(digits) else {
+            return nil
+        }
+        let (bytes, overflow) = number.multipliedReportingOverflow(by: factor)
+        return overflow || bytes > maximum ? nil : bytes
+    }
+
+    /// `bytes` in the largest unit that divides it, as `parse` reads it back.
+    package static func describe(_ bytes: Int64) -> String {
+        guard bytes > 0, let unit = units.reversed().first(where: { bytes % $0.factor == 0 }) else { return String(bytes) }
+        return "\(bytes / unit.factor)\(unit.suffix)"
     }
 }

@@ -15,6 +15,19 @@ package final class ServerMetrics: Sendable {
         var storeErrors = 0
         var signatures: [String: Int] = [:]
         var unknownMembersDropped = 0
+        var failureLimited = 0
+        var purged: [String: Int] = [:]
+    }
+
+    /// What the store keeps, read when `/metrics` is asked: bytes of event documents over all
+    /// organizations, and how many organizations are at their quota. nil when the store failed.
+    package struct Storage: Sendable {
+        package var eventBytes: Int64
+        package var organizationsOverQuota: Int
+        package init(eventBytes: Int64, organizationsOverQuota: Int) {
+            self.eventBytes = eventBytes
+            self.organizationsOverQuota = organizationsOverQuota
+        }
     }
 
     private let state = Mutex(State())
@@ -45,7 +58,13 @@ package final class ServerMetrics: Sendable {
 
     package var storeErrors: Int { state.withLock { $0.storeErrors } }
 
-    package func exposition(inFlight: Int) -> String {
+    /// A request answered 429 too_many_failures without touching the store.
+    package func failureLimited() { state.withLock { $0.failureLimited += 1 } }
+
+    /// Rows a retention pass removed: `events`, `visitors` or `idempotency`.
+    package func purged(_ kind: String, _ count: Int) { state.withLock { $0.purged[kind, default: 0] += count } }
+
+    package func exposition(inFlight: Int, storage: Storage? = nil) -> String {
         state.withLock { state in
             var lines: [String] = []
             lines.append("# HELP fingerly_http_requests_total Requests answered, by route and status.")
@@ -84,6 +103,25 @@ package final class ServerMetrics: Sendable {
             lines.append("# HELP fingerly_unknown_members_dropped_total Members no field reads, never stored.")
             lines.append("# TYPE fingerly_unknown_members_dropped_total counter")
             lines.append("fingerly_unknown_members_dropped_total \(state.unknownMembersDropped)")
+            lines.append("# HELP fingerly_failure_limited_total Requests refused 429 too_many_failures: "
+                + "their address failed authentication too often.")
+            lines.append("# TYPE fingerly_failure_limited_total counter")
+            lines.append("fingerly_failure_limited_total \(state.failureLimited)")
+            lines.append("# HELP fingerly_retention_purged_total Rows removed by retention: "
+                + "events, visitors (with their components and keys), idempotency records.")
+            lines.append("# TYPE fingerly_retention_purged_total counter")
+            for kind in ["events", "visitors", "idempotency"] {
+                lines.append("fingerly_retention_purged_total{kind=\"\(kind)\"} \(state.purged[kind, default: 0])")
+            }
+            if let storage {
+                lines.append("# HELP fingerly_store_event_bytes Bytes of event documents stored, all organizations together (as stored).")
+                lines.append("# TYPE fingerly_store_event_bytes gauge")
+                lines.append("fingerly_store_event_bytes \(storage.eventBytes)")
+                lines.append("# HELP fingerly_store_organizations_over_quota Organizations whose events fill their storage quota "
+                    + "(identify answers 507).")
+                lines.append("# TYPE fingerly_store_organizations_over_quota gauge")
+                lines.append("fingerly_store_organizations_over_quota \(storage.organizationsOverQuota)")
+            }
             return lines.joined(separator: "\n") + "\n"
         }
     }

@@ -12,6 +12,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     package let store: any IdentityStore
     package let engine: IdentityEngine
     package let metrics: ServerMetrics
+    /// Authentication failures per source address, in memory: junk never costs a store write.
+    package let failures: FailureLimiter
     /// One line per request (method, route, status, milliseconds); never a key or a body.
     private let log: @Sendable (String) -> Void
     /// Unix seconds; a test may freeze it.
@@ -26,6 +28,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         self.store = store
         self.engine = engine
         self.metrics = metrics
+        failures = FailureLimiter(limit: configuration.failureLimit)
         self.log = log
         self.clock = clock
         self.inFlight = inFlight
@@ -60,6 +63,10 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         guard head.method == route.method else {
             return .error(405, "method_not_allowed", "\(route.method) only.", headers: [("Allow", route.method)])
         }
+        // A signature covers the path, not a query: identify takes none rather than one unsigned.
+        if route == .identify && head.hasQuery {
+            return .error(400, "bad_request", "POST /v1/identify takes no query string.")
+        }
         return route == .identify ? nil : respond(to: head, body: [])
     }
 
@@ -69,7 +76,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         case .events: event(head)
         case .healthz: health()
         case .metrics: HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")],
-                                    body: Array(metrics.exposition(inFlight: inFlight()).utf8))
+                                    body: Array(metrics.exposition(inFlight: inFlight(), storage: storage()).utf8))
         case .unknown: .error(404, "not_found", "No such route.")
         }
     }
@@ -78,7 +85,22 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         let route = Route(path: head.path).rawValue
         metrics.record(route: route, status: status, seconds: seconds)
         let milliseconds = (seconds * 10_000).rounded() / 10
-        log("\(head.method.prefix(16)) \(route) \(status == 0 ? "aborted" : String(status)) \(milliseconds)ms\n")
+        log("\(Self.loggable(head.method.utf8.prefix(16))) \(route) \(status == 0 ? "aborted" : String(status)) \(milliseconds)ms\n")
+    }
+
+    /// Request bytes as a log may show them: visible ASCII as is, anything else (control bytes,
+    /// a terminal's escape sequences, spaces, a backslash, non-ASCII) as `\xNN`.
+    static func loggable<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        for byte in bytes {
+            if (0x21...0x7E).contains(byte) && byte != UInt8(ascii: "\\") {
+                out.append(byte)
+            } else {
+                out += [UInt8(ascii: "\\"), UInt8(ascii: "x"), digits[Int(byte >> 4)], digits[Int(byte & 15)]]
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     // MARK: identify
@@ -86,31 +108,37 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     private func identify(_ head: HTTPRequestHead, _ body: [UInt8]) -> HTTPResponse {
         let now = clock()
         guard let key = bearer(head), key.kind == .publicKey else {
-            return .error(401, "invalid_key", "Identify needs a public key: Authorization: Bearer fly_pk_….")
+            return authenticationFailed(head, now,
+                                        .error(401, "invalid_key", "Identify needs a public key: Authorization: Bearer fly_pk_…."))
         }
         // Judged here, answered in this order inside the admission: a request with an unknown
         // key is told so before anything about its headers or its signature.
         let idempotencyFields = head.values("idempotency-key")
         let idempotencyKey = idempotencyFields.count == 1 ? Self.structuredString(idempotencyFields[0]) : nil
         let signing = signature(head, body, now: now)
+        // An address past its failures is answered before the store is touched, but a request
+        // that proves a device key is served from it still: its genuine devices may share it.
+        if signing.deviceKeyID == nil, failures.isExhausted(peer: head.peer, now: now) { return failureLimited() }
 
         // Admission shares the engine's first transaction (and commit) with the in-flight marker.
+        // Only a request whose key is known and whose signature verified (or that the server
+        // lets go unsigned) counts against the key's budget: junk sent with an organization's
+        // public key never spends its devices' requests.
         var refusal: HTTPResponse?
         var signatureJudged = false
+        var failedAuthentication = false
         let answer = engine.identify(idempotencyKey: idempotencyKey ?? "", body: body, deviceKeyID: signing.deviceKeyID,
                                      signatureVerified: signing.deviceKeyID != nil, now: now) { tx throws(StoreError) -> IdentityEngine.Admission in
             refusal = nil
             signatureJudged = false
+            failedAuthentication = false
             guard let record = try tx.key(publicKey: key.text), !record.revoked else {
                 refusal = .error(401, "invalid_key", "The key is unknown or revoked.")
+                failedAuthentication = true
                 return .refused(Self.refusedMarker)
             }
             guard let organization = try tx.organization(named: record.organization), !organization.suspended else {
                 refusal = .error(402, "organization_not_accepting", "The organization is not accepting traffic.")
-                return .refused(Self.refusedMarker)
-            }
-            if let limited = try rateLimited(tx, bucket: "identify:" + key.text, now: now) {
-                refusal = limited
                 return .refused(Self.refusedMarker)
             }
             guard idempotencyKey != nil else {
@@ -120,16 +148,64 @@ package final class ServerRoutes: HTTPApplication, Sendable {
             signatureJudged = true
             if let failure = signing.failure {
                 refusal = failure
+                failedAuthentication = true
+                return .refused(Self.refusedMarker)
+            }
+            if let limited = try rateLimited(tx, bucket: "identify:" + key.text, now: now) {
+                refusal = limited
+                return .refused(Self.refusedMarker)
+            }
+            // A retry of an answered request stores nothing: it gets its answer again, full or not.
+            if let full = quotaExceeded(organization),
+               try !hasAnswer(tx, organization: record.organization, key: idempotencyKey, now: now) {
+                refusal = full
                 return .refused(Self.refusedMarker)
             }
             return .admitted(organization: record.organization)
         }
         if signatureJudged, let outcome = signing.metric { metrics.signature(outcome) }
-        if let refusal { return refusal }
+        if let refusal { return failedAuthentication ? authenticationFailed(head, now, refusal) : refusal }
         if answer.status >= 500 { metrics.storeError() }
         if answer.unknownMembersDropped > 0 { metrics.unknownMembersDropped(answer.unknownMembersDropped) }
         return .json(answer.status, answer.body, headers: answer.status == 503 ? [("Retry-After", "1")] : [])
     }
+
+    /// Counts a failed authentication of the request's source address and answers `response`.
+    private func authenticationFailed(_ head: HTTPRequestHead, _ now: Int64, _ response: HTTPResponse) -> HTTPResponse {
+        failures.recordFailure(peer: head.peer, now: now)
+        return response
+    }
+
+    private func failureLimited() -> HTTPResponse {
+        metrics.failureLimited()
+        return .error(429, "too_many_failures",
+                      "More than \(configuration.failureLimit) failed authentications per second from this address.",
+                      headers: [("Retry-After", "1")])
+    }
+
+    /// 507 once the organization keeps its quota's worth of events; retention frees room hourly.
+    private func quotaExceeded(_ organization: OrganizationRecord) -> HTTPResponse? {
+        let quota = organization.storageQuota ?? configuration.storageQuota
+        guard quota > 0, organization.storedBytes >= quota else { return nil }
+        return .error(507, "storage_quota_exceeded",
+                      "The organization keeps \(StorageSize.describe(organization.storedBytes)) of events, "
+                        + "its quota is \(StorageSize.describe(quota)).",
+                      headers: [("Retry-After", String(Self.quotaRetrySeconds))])
+    }
+
+    /// Whether the engine would replay a stored answer for this idempotency key (or refuse it as
+    /// reused): either way it stores nothing new.
+    private func hasAnswer(_ tx: any StoreTransaction, organization: String, key: String?,
+                           now: Int64) throws(StoreError) -> Bool {
+        guard let key, let record = try tx.idempotency(organization: organization, key: key), record.state == .complete else {
+            return false
+        }
+        let age = now.subtractingReportingOverflow(record.createdAt)
+        return !age.overflow && age.partialValue < IdentityEngine.idempotencyRetentionSeconds
+    }
+
+    /// The retention pass frees room hourly.
+    static let quotaRetrySeconds = 3600
 
     /// The engine's answer for a request the admission refused; the route answers `refusal`.
     private static let refusedMarker = EngineAnswer(status: 0, body: [], code: nil)
@@ -141,7 +217,9 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         let signatureFields = ["signature", "signature-input", "fingerly-device-key"]
         if signatureFields.contains(where: { !head.values($0).isEmpty }) {
             do {
-                let verified = try MessageSignature.verify(method: head.method, path: head.path, fields: head.fields, body: body,
+                // The path as received: `/v1/%69dentify` routes as identify but is not what was signed.
+                let verified = try MessageSignature.verify(method: head.method, path: String(head.receivedPath),
+                                                           fields: head.fields, body: body,
                                                            now: now, window: configuration.signatureWindow)
                 return (verified.keyID, nil, "verified")
             } catch {
@@ -188,22 +266,28 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     private func event(_ head: HTTPRequestHead) -> HTTPResponse {
         let now = clock()
         guard let key = bearer(head) else {
-            return .error(401, "invalid_key", "Reading events needs a secret key: Authorization: Bearer fly_sk_….")
+            return authenticationFailed(head, now,
+                                        .error(401, "invalid_key", "Reading events needs a secret key: Authorization: Bearer fly_sk_…."))
         }
+        if failures.isExhausted(peer: head.peer, now: now) { return failureLimited() }
         let requestId = String(head.path.dropFirst("/v1/events/".count))
         let admitted: Admission
         do throws(StoreError) {
             admitted = try store.transaction { tx throws(StoreError) -> Admission in
                 if key.kind == .publicKey {
                     guard let record = try tx.key(publicKey: key.text), !record.revoked else {
-                        return .refused(.error(401, "invalid_key", "The key is unknown or revoked."))
+                        return .failed(.error(401, "invalid_key", "The key is unknown or revoked."))
                     }
                     return .refused(.error(403, "forbidden", "A public key cannot read events; use the secret key."))
                 }
                 let hash = ServerKey.secretHash(key.text)
                 guard let record = try tx.key(secretKeyHash: hash), ServerKey.constantTimeEqual(record.secretKeyHash, hash),
                       !record.revoked, record.organization == key.organization else {
-                    return .refused(.error(401, "invalid_key", "The key is unknown or revoked."))
+                    return .failed(.error(401, "invalid_key", "The key is unknown or revoked."))
+                }
+                // Both keys of a suspended organization get 402, as `keys suspend` says.
+                guard let organization = try tx.organization(named: record.organization), !organization.suspended else {
+                    return .refused(.error(402, "organization_not_accepting", "The organization is not accepting traffic."))
                 }
                 if let limited = try rateLimited(tx, bucket: "events:" + Self.hex(hash.prefix(16)), now: now) { return .refused(limited) }
                 return .admitted(record.organization)
@@ -213,6 +297,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         }
         switch admitted {
         case .refused(let response): return response
+        case .failed(let response): return authenticationFailed(head, now, response)
         case .admitted(let organization):
             guard (1...128).contains(requestId.utf8.count), requestId.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != 0x2F }) else {
                 return .error(404, "not_found", "No event with this requestId.")
@@ -249,6 +334,24 @@ package final class ServerRoutes: HTTPApplication, Sendable {
             : .error(500, "internal", "The server failed.")
     }
 
+    /// The store's figures for `/metrics`: a few rows per organization, read per scrape.
+    private func storage() -> ServerMetrics.Storage? {
+        do {
+            return try store.transaction { tx throws(StoreError) -> ServerMetrics.Storage in
+                let bytes = try tx.storedBytes()
+                var over = 0
+                for (name, used) in bytes where used > 0 {
+                    guard let organization = try tx.organization(named: name) else { continue }
+                    if quotaExceeded(organization) != nil { over += 1 }
+                }
+                return ServerMetrics.Storage(eventBytes: bytes.values.reduce(0, +), organizationsOverQuota: over)
+            }
+        } catch {
+            metrics.storeError()
+            return nil
+        }
+    }
+
     private func health() -> HTTPResponse {
         do {
             _ = try store.transaction { tx throws(StoreError) in try tx.organization(named: "-") }
@@ -262,6 +365,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     private enum Admission {
         case admitted(String)
         case refused(HTTPResponse)
+        /// Refused as an authentication failure, which counts against the source address.
+        case failed(HTTPResponse)
     }
 
     static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {

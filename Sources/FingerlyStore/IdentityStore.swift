@@ -17,11 +17,17 @@ package struct OrganizationRecord: Sendable, Hashable {
     package let name: String
     package var suspended: Bool
     package let createdAt: Int64
+    /// Bytes of event documents it has stored, as stored (compressed where the backend does).
+    package var storedBytes: Int64
+    /// Its own storage quota in bytes, 0 for none; nil: the server's default applies.
+    package var storageQuota: Int64?
 
-    package init(name: String, suspended: Bool, createdAt: Int64) {
+    package init(name: String, suspended: Bool, createdAt: Int64, storedBytes: Int64 = 0, storageQuota: Int64? = nil) {
         self.name = name
         self.suspended = suspended
         self.createdAt = createdAt
+        self.storedBytes = storedBytes
+        self.storageQuota = storageQuota
     }
 }
 
@@ -142,6 +148,10 @@ package protocol StoreTransaction {
     func key(secretKeyHash: [UInt8]) throws(StoreError) -> KeyRecord?
     func revokeKey(publicKey: String) throws(StoreError) -> Bool
     func keys(organization: String?) throws(StoreError) -> [KeyRecord]
+    /// Sets the organization's own storage quota (nil: back to the server's default).
+    func setStorageQuota(_ bytes: Int64?, organization name: String) throws(StoreError) -> Bool
+    /// Bytes of event documents stored, per organization that has any.
+    func storedBytes() throws(StoreError) -> [String: Int64]
 
     // Idempotency
     func idempotency(organization: String, key: String) throws(StoreError) -> IdempotencyRecord?
@@ -169,12 +179,17 @@ package protocol StoreTransaction {
     /// (`key`: its instanceId, else its hardwareId), so that concurrent first reports of one host,
     /// even through different processes, resolve one after the other and make one visitor.
     func lockIdentity(organization: String, key: String) throws(StoreError)
+    /// Removes visitors last seen before `cutoff` with their components and device keys
+    /// (retention); returns how many.
+    func expireVisitors(lastSeenBefore cutoff: Int64) throws(StoreError) -> Int
 
     // Events
+    /// Stores the event and adds its size as stored to its organization's `storedBytes`.
     func insertEvent(_ event: EventRecord) throws(StoreError)
     func event(requestId: String, organization: String) throws(StoreError) -> EventRecord?
     func eventCount(organization: String?) throws(StoreError) -> Int
-    /// Removes events received before `cutoff` (retention); returns how many.
+    /// Removes events received before `cutoff` (retention) and takes their size off their
+    /// organizations' `storedBytes`; returns how many.
     func expireEvents(receivedBefore cutoff: Int64) throws(StoreError) -> Int
 
     // Rate limits

@@ -71,6 +71,8 @@ struct PostgresRow {
 /// to one thread at a time.
 final class PostgresConnection {
     private var handle: OpaquePointer?
+    /// The passwords of the connection string: never in a message of ours.
+    private let secrets: ConnectionSecrets
     /// SQL text → prepared statement name. Every text is a constant of this module, so the map
     /// stays as small as the set of queries. Emptied when the session is reset.
     private var statements: [String: String] = [:]
@@ -79,6 +81,7 @@ final class PostgresConnection {
 
     /// `conninfo` is a libpq URI or key=value string; PG* environment variables fill what it leaves out.
     init(conninfo: String, connectTimeoutSeconds: Int, lockTimeoutMilliseconds: Int = 5_000) throws(StoreError) {
+        secrets = ConnectionSecrets(conninfo)
         // These come first so that the same keywords in the URI still win. Without a connect
         // timeout an unreachable host holds a request for minutes. The session limits protect
         // the other instances from this one: a process frozen (SIGSTOP, a paused VM) or cut off
@@ -98,7 +101,7 @@ final class PostgresConnection {
         guard let connection else { throw StoreError("cannot connect to PostgreSQL: out of memory", isTransient: true) }
         handle = connection
         guard PQstatus(connection) == CONNECTION_OK else {
-            let message = Self.connectionMessage(connection)
+            let message = Self.connectionMessage(connection, secrets: secrets)
             close()
             throw StoreError("cannot connect to PostgreSQL: \(message)", isTransient: true)
         }
@@ -178,9 +181,9 @@ final class PostgresConnection {
         _ = PQsetNoticeProcessor(handle, ignore, nil)
     }
 
-    private static func connectionMessage(_ connection: OpaquePointer) -> String {
+    private static func connectionMessage(_ connection: OpaquePointer, secrets: ConnectionSecrets) -> String {
         guard let message = PQerrorMessage(connection) else { return "unknown error" }
-        return String(cString: message).trimmingTrailingNewlines
+        return secrets.redacting(String(cString: message).trimmingTrailingNewlines)
     }
 
     private static func withCStrings<T>(_ strings: [String], _ body: ([UnsafePointer<CChar>?]) -> T) -> T {
@@ -211,13 +214,13 @@ final class PostgresConnection {
             if let field = PQresultErrorField(result, Int32(UInt8(ascii: "M"))) { message = String(cString: field) }
         }
         if sqlState.isEmpty, let handle, PQstatus(handle) != CONNECTION_OK {
-            message = Self.connectionMessage(handle)
+            message = Self.connectionMessage(handle, secrets: secrets)
         }
         lastSQLState = sqlState
         // No SQLSTATE: libpq's own error (the connection broke mid-exchange), not the server's.
         let lost = sqlState.isEmpty || sqlState.hasPrefix("08") || sqlState.hasPrefix("57P") || (handle.map { PQstatus($0) != CONNECTION_OK } ?? true)
         if lost { needsReset = true }
-        throw StoreError("\(context): \(message)", isTransient: lost || Self.isTransient(sqlState: sqlState))
+        throw StoreError("\(context): \(secrets.redacting(message))", isTransient: lost || Self.isTransient(sqlState: sqlState))
     }
 
     private func prepared(_ sql: String, parameterCount: Int32) throws(StoreError) -> String {

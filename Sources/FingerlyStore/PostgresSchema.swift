@@ -118,5 +118,22 @@ enum PostgresSchema {
             "ALTER TABLE events ADD COLUMN document_encoding SMALLINT NOT NULL DEFAULT 0",
             "ALTER TABLE idempotency ADD COLUMN response_encoding SMALLINT NOT NULL DEFAULT 0",
         ]),
+        // SQLiteSchema's migration 4: each organization's stored bytes, here over several slots
+        // so concurrent identify transactions of one organization rarely wait on one row lock.
+        Migration(version: SQLiteSchema.storageUsageVersion, statements: [
+            "ALTER TABLE organizations ADD COLUMN storage_quota BIGINT",
+            """
+            CREATE TABLE storage_usage (
+                organization TEXT COLLATE "C" NOT NULL,
+                slot SMALLINT NOT NULL,
+                bytes BIGINT NOT NULL,
+                PRIMARY KEY (organization, slot)
+            )
+            """,
+            """
+            INSERT INTO storage_usage (organization, slot, bytes)
+            SELECT organization, 0, sum(octet_length(document)) FROM events GROUP BY organization
+            """,
+        ]),
     ]
 }

@@ -28,10 +28,31 @@ final class PostgresTransaction: StoreTransaction {
     // MARK: Organizations and keys
 
     func organization(named name: String) throws(StoreError) -> OrganizationRecord? {
-        try open().query("SELECT name, suspended, created_at FROM organizations WHERE name = $1", [.text(name)]) {
-            OrganizationRecord(name: $0.text(0), suspended: $0.boolean(1), createdAt: $0.integer(2))
+        try open().query("""
+            SELECT name, suspended, created_at, storage_quota,
+                   (SELECT coalesce(sum(bytes), 0) FROM storage_usage WHERE organization = $1)
+            FROM organizations WHERE name = $1
+            """, [.text(name)]) {
+            OrganizationRecord(name: $0.text(0), suspended: $0.boolean(1), createdAt: $0.integer(2), storedBytes: $0.integer(4),
+                               storageQuota: $0.optionalInteger(3))
         }.first
     }
+
+    func setStorageQuota(_ bytes: Int64?, organization name: String) throws(StoreError) -> Bool {
+        try open().execute("UPDATE organizations SET storage_quota = $1 WHERE name = $2",
+                           [bytes.map(PostgresValue.integer) ?? .null, .text(name)]) > 0
+    }
+
+    func storedBytes() throws(StoreError) -> [String: Int64] {
+        let rows = try open().query("SELECT organization, sum(bytes) FROM storage_usage GROUP BY organization", []) {
+            ($0.text(0), $0.integer(1))
+        }
+        return Dictionary(rows, uniquingKeysWith: +)
+    }
+
+    /// Slots of one organization's stored bytes: concurrent identify transactions of one
+    /// organization each lock one row until they commit, and spread over these rarely meet.
+    static let storageUsageSlots = 16
 
     func ensureOrganization(named name: String, now: Int64) throws(StoreError) -> OrganizationRecord {
         try open().execute("INSERT INTO organizations (name, suspended, created_at) VALUES ($1, FALSE, $2) ON CONFLICT (name) DO NOTHING",
@@ -270,12 +291,25 @@ final class PostgresTransaction: StoreTransaction {
                              [.text(organization), .text(key)]) { _ in () }
     }
 
+    func expireVisitors(lastSeenBefore cutoff: Int64) throws(StoreError) -> Int {
+        // Components and device keys go with them (ON DELETE CASCADE).
+        try sweep("""
+            DELETE FROM visitors WHERE id IN (
+                SELECT id FROM visitors WHERE last_seen < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+            """, cutoff)
+    }
+
     // MARK: Events
 
     func insertEvent(_ event: EventRecord) throws(StoreError) {
         try open().execute("INSERT INTO events (request_id, organization, visitor_id, received_at, document) VALUES ($1, $2, $3, $4, $5)",
                            [.text(event.requestId), .text(event.organization), .text(event.visitorId), .integer(event.receivedAt),
                             .bytes(event.document)])
+        try open().execute("""
+            INSERT INTO storage_usage (organization, slot, bytes) VALUES ($1, $2, $3)
+            ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes
+            """, [.text(event.organization), .integer(Int64.random(in: 0..<Int64(Self.storageUsageSlots))),
+                  .integer(Int64(event.document.count))])
     }
 
     func event(requestId: String, organization: String) throws(StoreError) -> EventRecord? {
@@ -297,10 +331,24 @@ final class PostgresTransaction: StoreTransaction {
     }
 
     func expireEvents(receivedBefore cutoff: Int64) throws(StoreError) -> Int {
-        try sweep("""
-            DELETE FROM events WHERE request_id IN (
-                SELECT request_id FROM events WHERE received_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
-            """, cutoff)
+        // Each batch takes what it deleted off the organizations' slot 0 in the same statement.
+        let connection = try open()
+        var total = 0
+        while true {
+            let deleted = try connection.query("""
+                WITH gone AS (
+                    DELETE FROM events WHERE request_id IN (
+                        SELECT request_id FROM events WHERE received_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+                    RETURNING organization, octet_length(document) AS bytes),
+                taken AS (
+                    INSERT INTO storage_usage (organization, slot, bytes)
+                    SELECT organization, 0, -sum(bytes) FROM gone GROUP BY organization
+                    ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes)
+                SELECT count(*) FROM gone
+                """, [.integer(cutoff), .integer(Self.sweepBatch)]) { $0.integer(0) }.first ?? 0
+            total += Int(deleted)
+            if deleted < Self.sweepBatch { return total }
+        }
     }
 
     // MARK: Rate limits

@@ -17,9 +17,33 @@ final class SQLiteTransaction: StoreTransaction {
     // MARK: Organizations and keys
 
     func organization(named name: String) throws(StoreError) -> OrganizationRecord? {
-        try open().query("SELECT name, suspended, created_at FROM organizations WHERE name = ?1", [.text(name)]) {
-            OrganizationRecord(name: $0.text(0), suspended: $0.integer(1) != 0, createdAt: $0.integer(2))
+        try open().query("""
+            SELECT name, suspended, created_at, storage_quota,
+                   (SELECT coalesce(sum(bytes), 0) FROM storage_usage WHERE organization = ?1)
+            FROM organizations WHERE name = ?1
+            """, [.text(name)]) {
+            OrganizationRecord(name: $0.text(0), suspended: $0.integer(1) != 0, createdAt: $0.integer(2), storedBytes: $0.integer(4),
+                               storageQuota: $0.optionalInteger(3))
         }.first
+    }
+
+    func setStorageQuota(_ bytes: Int64?, organization name: String) throws(StoreError) -> Bool {
+        try open().execute("UPDATE organizations SET storage_quota = ?1 WHERE name = ?2",
+                           [bytes.map(SQLValue.integer) ?? .null, .text(name)]) > 0
+    }
+
+    func storedBytes() throws(StoreError) -> [String: Int64] {
+        let rows = try open().query("SELECT organization, sum(bytes) FROM storage_usage GROUP BY organization", []) {
+            ($0.text(0), $0.integer(1))
+        }
+        return Dictionary(rows, uniquingKeysWith: +)
+    }
+
+    private func addStoredBytes(_ bytes: Int64, organization: String) throws(StoreError) {
+        try open().execute("""
+            INSERT INTO storage_usage (organization, slot, bytes) VALUES (?1, 0, ?2)
+            ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes
+            """, [.text(organization), .integer(bytes)])
     }
 
     func ensureOrganization(named name: String, now: Int64) throws(StoreError) -> OrganizationRecord {
@@ -214,6 +238,11 @@ final class SQLiteTransaction: StoreTransaction {
                      [.text(organization), .integer(StoreLimits.clamped(limit))])
     }
 
+    func expireVisitors(lastSeenBefore cutoff: Int64) throws(StoreError) -> Int {
+        // Components and device keys go with them (ON DELETE CASCADE, foreign keys are on).
+        try open().execute("DELETE FROM visitors WHERE last_seen < ?1", [.integer(cutoff)])
+    }
+
     /// Nothing to take: BEGIN IMMEDIATE already admits one writer to the whole database.
     func lockIdentity(organization: String, key: String) throws(StoreError) {
         _ = try open()
@@ -228,6 +257,7 @@ final class SQLiteTransaction: StoreTransaction {
             INSERT INTO events (request_id, organization, visitor_id, received_at, document, document_encoding) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
             """, [.text(event.requestId), .text(event.organization), .text(event.visitorId), .integer(event.receivedAt),
                   .blob(document.bytes), .integer(document.encoding.rawValue)])
+        try addStoredBytes(Int64(document.bytes.count), organization: event.organization)
     }
 
     func event(requestId: String, organization: String) throws(StoreError) -> EventRecord? {
@@ -250,7 +280,11 @@ final class SQLiteTransaction: StoreTransaction {
     }
 
     func expireEvents(receivedBefore cutoff: Int64) throws(StoreError) -> Int {
-        try open().execute("DELETE FROM events WHERE received_at < ?1", [.integer(cutoff)])
+        let expiring = try open().query("""
+            SELECT organization, sum(length(document)) FROM events WHERE received_at < ?1 GROUP BY organization
+            """, [.integer(cutoff)]) { ($0.text(0), $0.integer(1)) }
+        for (organization, bytes) in expiring { try addStoredBytes(-bytes, organization: organization) }
+        return try open().execute("DELETE FROM events WHERE received_at < ?1", [.integer(cutoff)])
     }
 
     // MARK: Rate limits

@@ -412,19 +412,15 @@ import Testing
     /// the tracer's stops, and must still say so within its budget.
     @Test(.enabled(if: installed("ltrace"), "ltrace is not installed"))
     func plainLtraceIsADebugger() throws {
-        // Two runs, each a debugger.
-        var reports: [SignalReport] = []
-        for _ in 0..<2 {
+        // Three runs, each a debugger within its budget: one run alone says little of a bound.
+        for _ in 0..<3 {
             let output = try Self.runReleaseCLI(under: ["/usr/bin/ltrace", "-o", "/dev/null"], timeout: 600)
             let result = try output.identifyResultLine()
             let debugger = result.verdicts.debugger
             #expect(debugger.value,
                     "\(debugger.confidence) \(debugger.codes) missing \(debugger.missingEvidence.map(\.probe))")
             #expect(debugger.messages.contains { $0.contains("ltrace") }, "the tracer is named: \(debugger.messages)")
-            reports.append(result.report)
+            Self.expectWithinBudget(result.report, under: "ltrace")
         }
-        // Not asserted: the issue's bound (budget + 1 s) is not met under ltrace on every run (a clean
-        // clone's CI run took 4.1 s); issue 21 stays open for it.
-        #expect(reports.count == 2)
     }
 }

@@ -27,7 +27,23 @@ struct fingerly_httpd_settings {
     int use_epoll;
 };
 
-/// Starts the daemon, or NULL (errno may say why). `handler` and `completed` receive `context`.
+/// What the daemon keeps for one request from its request line on: libmicrohttpd hands the
+/// access handler the target percent-decoded and without its query, and a signature covers
+/// the target as sent. Made before the headers are read; freed by `fingerly_httpd_request_free`.
+struct fingerly_httpd_request {
+    /// The request-target exactly as received, query included (NUL-terminated; NULL when out of memory).
+    char *target;
+    /// The client's address as text (IPv4 dotted, IPv6 cut to its /64 prefix, since one host
+    /// holds a whole /64); empty when unknown.
+    char peer[64];
+    /// The Swift side's own state of this request.
+    void *state;
+};
+
+void fingerly_httpd_request_free(struct fingerly_httpd_request *request);
+
+/// Starts the daemon, or NULL (errno may say why). `handler` and `completed` receive `context`;
+/// the access handler's `*req_cls` is a `struct fingerly_httpd_request *` from the first call on.
 struct MHD_Daemon *fingerly_httpd_start(const struct fingerly_httpd_settings *settings,
                                         MHD_AccessHandlerCallback handler,
                                         MHD_RequestCompletedCallback completed,

@@ -46,12 +46,17 @@ package struct CollectorStart: Sendable {
             }
         }
         let status = read("/proc/self/status", limit: 64 * 1024)
-        let tracer = status.flatMap { ProcessContextProbe.field("TracerPid", in: $0) }.flatMap { Int($0) }.flatMap { $0 >= 0 ? $0 : nil }
+        let tracer = status.flatMap(tracer(inStatus:))
         var comm: String?
         if let tracer, tracer > 0 {
             comm = read("/proc/\(tracer)/comm", limit: 256)?.trimmingWhitespace()
         }
         return CollectorStart(tracerPid: tracer, tracerComm: comm, slowdown: slowdown, readFailures: failures)
+    }
+
+    /// The `TracerPid` of a `/proc/PID/status` text; nil when it has none, or a negative one.
+    package static func tracer(inStatus status: String) -> Int? {
+        ProcessContextProbe.field("TracerPid", in: status).flatMap { Int($0) }.flatMap { $0 >= 0 ? $0 : nil }
     }
 
     package func emit(into context: ProbeContext) {
