@@ -118,5 +118,15 @@ enum PostgresSchema {
             "ALTER TABLE events ADD COLUMN document_encoding SMALLINT NOT NULL DEFAULT 0",
             "ALTER TABLE idempotency ADD COLUMN response_encoding SMALLINT NOT NULL DEFAULT 0",
         ]),
+        // SQLite's migration 4: device keys by the time they were first proven, and the
+        // organization's identifier secret.
+        Migration(version: 4, statements: [
+            "ALTER TABLE visitor_device_keys ADD COLUMN first_proven_at BIGINT NOT NULL DEFAULT 0",
+            """
+            UPDATE visitor_device_keys SET first_proven_at = visitors.first_seen
+            FROM visitors WHERE visitors.id = visitor_device_keys.visitor_id
+            """,
+            "ALTER TABLE organizations ADD COLUMN identifier_secret BYTEA",
+        ]),
     ]
 }

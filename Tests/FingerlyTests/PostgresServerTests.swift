@@ -9,7 +9,8 @@ import Testing
 /// Skipped where the Debian postgresql package is missing (PostgresCluster.unavailableReason); CI installs it.
 @Suite(.serialized, .enabled(if: PostgresCluster.isAvailable, "PostgreSQL's server binaries are not installed"))
 struct PostgresServerTests {
-    private static let limits = ["--rate-limit", "1000000", "--threads", "4"]
+    /// Unsigned: these tests are about the store, not about signatures.
+    private static let limits = ["--rate-limit", "1000000", "--threads", "4", "--allow-unsigned"]
 
     /// A fresh database on `cluster` with keys for acme and other.
     private static func database(on cluster: PostgresCluster) throws

@@ -28,7 +28,11 @@ import Testing
             let identify = try under.identify(body).identifyAnswer()
             let event = try JSONDecoder.fingerly.decode(StoredEvent.self,
                                                         from: Data(under.engine.event(requestId: identify.requestId, organization: F.organization).body))
-            #expect(event.report == decoded.report, "the stored report is not the one judged")
+            // The judged report as the server keeps it: its identifiers re-keyed with the organization's secret.
+            let secret = try #require(try under.store.transaction { (tx) throws(StoreError) -> [UInt8]? in
+                try tx.identifierSecret(organization: F.organization, candidate: [1])
+            })
+            #expect(event.report == StoredIdentifierKeys(secret: secret).rekeyed(decoded.report), "the stored report is not the one judged")
             #expect(event.tag == decoded.report.tag)
         }
     }

@@ -1,0 +1,128 @@
+import CCrypto
+import FingerlyHost
+import FingerlyModel
+import FingerlyProbes
+import FingerlyStore
+
+/// How the engine recomputes a report's identifiers from its components: the key the client
+/// hashed them under. A server's clients key by their API key's organization (public inside
+/// every `fly_pk_…`); the local mode's by its installation secret, which it holds.
+package enum ClientIdentifierKeying: Sendable {
+    case organizationName
+    case hasher(IdentifierHasher)
+
+    func hasher(organization: String) -> IdentifierHasher {
+        switch self {
+        case .organizationName: IdentifierHasher(organization: organization)
+        case .hasher(let hasher): hasher
+        }
+    }
+}
+
+/// The check that a report's `instanceId` and `hardwareId` are what its components derive: an
+/// identifier copied from another host onto components of one's own is refused, never matched.
+enum IdentityDerivationCheck {
+    /// The identifier field that does not derive from the report's components; nil when both do.
+    static func underivedField(_ report: SignalReport, hasher: IdentifierHasher) -> String? {
+        let derived = HostIdentity.derive(from: report.probes.flatMap(\.identityComponents), hasher: hasher)
+        let identity = report.identity
+        if identity.instanceId != derived.instanceId || (identity.instanceId != nil && identity.instanceIdVersion != derived.instanceIdVersion) {
+            return "report.identity.instanceId"
+        }
+        if identity.hardwareId != derived.hardwareId || (identity.hardwareId != nil && identity.hardwareIdVersion != derived.hardwareIdVersion) {
+            return "report.identity.hardwareId"
+        }
+        return nil
+    }
+}
+
+/// The organization's server-side keying of what it stores: every identifier and component hash
+/// a client sent is kept as an HMAC under a secret the server made and never sends, so a leaked
+/// database or event holds no value a client could send back as its own claim (whatever a
+/// client sends is re-keyed before it is compared).
+package struct StoredIdentifierKeys: Sendable {
+    package static let secretLength = 32
+    private let secret: [UInt8]
+
+    package init(secret: [UInt8]) { self.secret = secret }
+
+    /// Fetched once, as IdentifierHasher does: the provider lookup is most of an HMAC's cost.
+    nonisolated(unsafe) private static let sha256: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)
+
+    /// The stored form of one client value: 64 lowercase hex digits.
+    package func rekey(_ value: String) -> String {
+        let message = Array("fingerly-stored-identifier-v1\n\(value)".utf8)
+        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        let ok = secret.withUnsafeBufferPointer { key in
+            message.withUnsafeBufferPointer { bytes in
+                digest.withUnsafeMutableBufferPointer { out in
+                    HMAC(Self.sha256 ?? EVP_sha256(), key.baseAddress, Int32(key.count), bytes.baseAddress, bytes.count, out.baseAddress, &length)
+                }
+            }
+        }
+        precondition(ok != nil && length == 32, "HMAC-SHA256 failed in libcrypto")
+        let hex = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(64)
+        for byte in digest.prefix(32) {
+            text.append(hex[Int(byte >> 4)])
+            text.append(hex[Int(byte & 0xf)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// The report as the server keeps it: identifiers, component hashes and the `name:prefix`
+    /// summaries re-keyed, everything else as judged.
+    package func rekeyed(_ report: SignalReport) -> SignalReport {
+        var full: [String: String] = [:]
+        let probes = report.probes.map { probe in
+            ProbeEntry(id: probe.id, tier: probe.tier, status: probe.status, durationMs: probe.durationMs, detail: probe.detail,
+                       issues: probe.issues, signals: probe.signals,
+                       identityComponents: probe.identityComponents.map { component in
+                           let stored = full[component.hash] ?? rekey(component.hash)
+                           full[component.hash] = stored
+                           return IdentityComponent(scope: component.scope, name: component.name, hash: stored,
+                                                    worldReadable: component.worldReadable)
+                       })
+        }
+        // A summary is `name:` and a hash's first 12 digits: the stored hash's, when a component
+        // of the report has it; a summary naming no component is re-keyed on its own.
+        func summary(_ part: String) -> String {
+            guard let colon = part.lastIndex(of: ":") else { return String(rekey("summary\n" + part).prefix(12)) }
+            let prefix = part[part.index(after: colon)...]
+            let stored = full.first { $0.key.hasPrefix(prefix) && !prefix.isEmpty }?.value ?? rekey("summary\n" + part)
+            return String(part[...colon]) + stored.prefix(12)
+        }
+        let identity = report.identity
+        let storedIdentity = HostIdentity(hardwareId: identity.hardwareId.map(rekey), hardwareIdVersion: identity.hardwareIdVersion,
+                                          instanceId: identity.instanceId.map(rekey), instanceIdVersion: identity.instanceIdVersion,
+                                          hardwareComponents: identity.hardwareComponents.map(summary),
+                                          instanceComponents: identity.instanceComponents.map(summary),
+                                          rootOnlyEvidence: identity.rootOnlyEvidence.map(summary))
+        return SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion, collectedAt: report.collectedAt,
+                            tag: report.tag, root: report.root, tiers: report.tiers, budgetMs: report.budgetMs, elapsedMs: report.elapsedMs,
+                            probes: probes, identity: storedIdentity, identifierKeying: report.identifierKeying, freeText: report.freeText,
+                            prefetchedAgeMs: report.prefetchedAgeMs)
+    }
+}
+
+/// Whether a request proves a bound visitor: signed by one of its keys, or by a new key that a
+/// rotation statement of one of its keys vouches for (`rotatedFrom`, already verified).
+package func proves(_ visitor: VisitorRecord, verifiedKeyID: String?, rotatedFrom: String?) -> Bool {
+    guard let key = verifiedKeyID else { return false }
+    return visitor.isBound(to: key) || rotatedFrom.map(visitor.isBound(to:)) == true
+}
+
+/// Whether the request claims a bound visitor's identity without proving it: it would join a
+/// bound visitor it does not prove, or it would be stored as a new visitor holding the instanceId
+/// of bound visitors none of which it proves (where the next report of the real host would find
+/// it and be scored as a clone). Unbound visitors, first seen unsigned, are claimable as before.
+package func claimsWithoutKey(_ resolution: Resolution, instanceHolders: [VisitorRecord], verifiedKeyID: String?,
+                              rotatedFrom: String?) -> Bool {
+    if let matched = resolution.matched {
+        return matched.isBound && !proves(matched, verifiedKeyID: verifiedKeyID, rotatedFrom: rotatedFrom)
+    }
+    let bound = instanceHolders.filter(\.isBound)
+    return !bound.isEmpty && !bound.contains { proves($0, verifiedKeyID: verifiedKeyID, rotatedFrom: rotatedFrom) }
+}
