@@ -45,7 +45,7 @@ enum EngineFixtures {
     }
 
     /// The request body of docs/api.md's worked example (a QEMU guest with one model component).
-    static let documentedBody = Array(#"{"client":{"proxy":false,"sdk":"fingerly-linux","version":"0.1.0"},"report":{"budgetMs":1200,"collectedAt":"2026-01-01T00:00:00Z","collectorVersion":"0.1.0","elapsedMs":2.46,"freeText":"fingerprint","identifierKeying":"organization","identity":{"hardwareComponents":["dmi-model:8a080bc33a77"],"hardwareId":"27d1a35ddad652b636318b7034d09cf0d26873d60fc51629e4fa0ceaa3a64965","hardwareIdVersion":1,"instanceComponents":[],"instanceIdVersion":1,"rootOnlyEvidence":[]},"probes":[{"durationMs":1.932,"id":"dmi","identityComponents":[{"hash":"8a080bc33a7773cf917608c4be2dc0061488abcb2c1b7bc210e7c1e9d996fa5f","name":"dmi-model","scope":"hardware","worldReadable":true}],"issues":[{"detail":"No such file or directory","path":"/sys/class/dmi/id/board_vendor","status":"absent"}],"signals":{"dmi.bios_vendor":"Bochs","dmi.bios_version":"Bochs","dmi.chassis_kind":"other","dmi.chassis_type":1,"dmi.product_name":"Bochs","dmi.sys_vendor":"Bochs","dmi.virtualization_kind":"qemu"},"status":"ok","tier":"fast"}],"root":"/","schemaVersion":2,"tag":"checkout","tiers":["fast"]}}"#.utf8)
+    static let documentedBody = Array(#"{"client":{"proxy":false,"sdk":"fingerly-linux","version":"0.1.0"},"report":{"budgetMs":1200,"collectedAt":"2026-01-01T00:00:00Z","collectorVersion":"0.1.0","elapsedMs":2.46,"freeText":"fingerprint","identifierKeying":"organization","identity":{"hardwareComponents":["dmi-model:8a080bc33a77"],"hardwareId":"3c9db2705a08f48100051e4601c6412fc9f52acffefc3efcd13d72e9d2b10521","hardwareIdVersion":1,"instanceComponents":[],"instanceIdVersion":1,"rootOnlyEvidence":[]},"probes":[{"durationMs":1.932,"id":"dmi","identityComponents":[{"hash":"8a080bc33a7773cf917608c4be2dc0061488abcb2c1b7bc210e7c1e9d996fa5f","name":"dmi-model","scope":"hardware","worldReadable":true}],"issues":[{"detail":"No such file or directory","path":"/sys/class/dmi/id/board_vendor","status":"absent"}],"signals":{"dmi.bios_vendor":"Bochs","dmi.bios_version":"Bochs","dmi.chassis_kind":"other","dmi.chassis_type":1,"dmi.product_name":"Bochs","dmi.sys_vendor":"Bochs","dmi.virtualization_kind":"qemu"},"status":"ok","tier":"fast"}],"root":"/","schemaVersion":2,"tag":"checkout","tiers":["fast"]}}"#.utf8)
 }
 
 /// An engine over a fresh SQLite store in its own directory.
@@ -380,7 +380,8 @@ extension EngineAnswer {
 
     @Test func theServerJudgesTheReportWithThePolicy() throws {
         let under = try EngineUnderTest("judged")
-        let answer = try under.identify(F.documentedBody).identifyAnswer()
+        // The example's key is acme42's, which derived its hardwareId.
+        let answer = try under.identify(F.documentedBody, organization: "acme42").identifyAnswer()
         // docs/api.md's example answer for this body.
         #expect(answer.verdicts?.virtualization.value == true && answer.verdicts?.virtualization.kind == "qemu")
         #expect(answer.triggers == [IdentifyTrigger(signal: "dmi_vendor_names_hypervisor", group: "virtualization", weight: 3, confidence: .medium)])
