@@ -72,18 +72,36 @@ package struct StoredIdentifierKeys: Sendable {
         return String(decoding: text, as: UTF8.self)
     }
 
-    /// The report as the server keeps it: identifiers, component hashes and the `name:prefix`
-    /// summaries re-keyed, everything else as judged.
+    /// Whether a signal's text is a keyed identifier hash (64 lowercase hex digits), as probes
+    /// write a machine-id or a serial beside the component that carries it.
+    static func isIdentifierHash(_ text: String) -> Bool {
+        text.utf8.count == 64 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+
+    /// The report as the server keeps it: identifiers, component hashes, the `name:prefix`
+    /// summaries and identifier hashes among the signals re-keyed, everything else as judged.
     package func rekeyed(_ report: SignalReport) -> SignalReport {
         var full: [String: String] = [:]
+        func stored(_ hash: String) -> String {
+            if let known = full[hash] { return known }
+            let value = rekey(hash)
+            full[hash] = value
+            return value
+        }
+        func signal(_ value: SignalValue) -> SignalValue {
+            switch value {
+            case .string(let text) where Self.isIdentifierHash(text): .string(stored(text))
+            case .strings(let texts) where texts.contains(where: Self.isIdentifierHash):
+                .strings(texts.map { Self.isIdentifierHash($0) ? stored($0) : $0 })
+            default: value
+            }
+        }
         let probes = report.probes.map { probe in
             ProbeEntry(id: probe.id, tier: probe.tier, status: probe.status, durationMs: probe.durationMs, detail: probe.detail,
-                       issues: probe.issues, signals: probe.signals,
+                       issues: probe.issues, signals: probe.signals.mapValues(signal),
                        identityComponents: probe.identityComponents.map { component in
-                           let stored = full[component.hash] ?? rekey(component.hash)
-                           full[component.hash] = stored
-                           return IdentityComponent(scope: component.scope, name: component.name, hash: stored,
-                                                    worldReadable: component.worldReadable)
+                           IdentityComponent(scope: component.scope, name: component.name, hash: stored(component.hash),
+                                             worldReadable: component.worldReadable)
                        })
         }
         // A summary is `name:` and a hash's first 12 digits: the stored hash's, when a component
@@ -91,8 +109,8 @@ package struct StoredIdentifierKeys: Sendable {
         func summary(_ part: String) -> String {
             guard let colon = part.lastIndex(of: ":") else { return String(rekey("summary\n" + part).prefix(12)) }
             let prefix = part[part.index(after: colon)...]
-            let stored = full.first { $0.key.hasPrefix(prefix) && !prefix.isEmpty }?.value ?? rekey("summary\n" + part)
-            return String(part[...colon]) + stored.prefix(12)
+            let known = full.first { $0.key.hasPrefix(prefix) && !prefix.isEmpty }?.value ?? rekey("summary\n" + part)
+            return String(part[...colon]) + known.prefix(12)
         }
         let identity = report.identity
         let storedIdentity = HostIdentity(hardwareId: identity.hardwareId.map(rekey), hardwareIdVersion: identity.hardwareIdVersion,

@@ -248,7 +248,11 @@ package func updatedVisitor(_ visitor: VisitorRecord, with observed: ObservedIde
     next.lastSeen = max(visitor.lastSeen, now)
     if let key = provenKeyID, !visitor.isBound(to: key) {
         let ordered = visitor.deviceKeys.sorted { ($0.firstProvenAt, $0.keyId) < ($1.firstProvenAt, $1.keyId) }
-        next.deviceKeys = Array((ordered + [DeviceKeyRecord(keyId: key, firstProvenAt: now)]).suffix(ResolutionThresholds.deviceKeyLimit))
+        // Never at or before the newest key's time, so a key proven within the same second as
+        // the one before it is still the newest, and a keyid never decides which key goes.
+        let newest = ordered.last?.firstProvenAt ?? Int64.min
+        let proven = newest < now ? now : (newest == Int64.max ? newest : newest + 1)
+        next.deviceKeys = Array((ordered + [DeviceKeyRecord(keyId: key, firstProvenAt: proven)]).suffix(ResolutionThresholds.deviceKeyLimit))
     }
     return next
 }

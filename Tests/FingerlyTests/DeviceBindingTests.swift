@@ -98,8 +98,8 @@ import Testing
     }
 
     /// `body` with the report's hardware components replaced by values of the impostor's own and
-    /// the identifiers derived from them (a clone on other hardware), or, with `instanceId`, that
-    /// instanceId written over what the components derive.
+    /// the identifiers derived from them (a clone on other hardware), or, with `instanceId`, its
+    /// instance components too and that instanceId written over what they derive.
     static func rewritten(_ body: [UInt8], instanceId: String? = nil) throws -> [UInt8] {
         let submission = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(body))
         let report = submission.report
@@ -107,8 +107,9 @@ import Testing
         let probes = report.probes.map { probe in
             ProbeEntry(id: probe.id, tier: probe.tier, status: probe.status, durationMs: probe.durationMs, detail: probe.detail,
                        issues: probe.issues, signals: probe.signals, identityComponents: probe.identityComponents.map {
-                           $0.scope == .hardware ? IdentityComponent(scope: .hardware, name: $0.name, hash: hasher.hash("impostor-" + $0.hash),
-                                                                     worldReadable: $0.worldReadable) : $0
+                           $0.scope == .hardware || instanceId != nil
+                               ? IdentityComponent(scope: $0.scope, name: $0.name, hash: hasher.hash("impostor-" + $0.hash),
+                                                   worldReadable: $0.worldReadable) : $0
                        })
         }
         let derived = HostIdentity.derive(from: probes.flatMap(\.identityComponents), hasher: hasher)
@@ -233,7 +234,7 @@ import Testing
         #expect(rotated.visitorId == victimId && rotated.triggers?.contains { $0.signal == "identity_claimed_without_key" } == false)
         let keys = try #require(try deployment.visitor(victimId)?.deviceKeys)
         #expect(keys.map(\.keyId) == [victimKey.keyID, successor.keyID])
-        #expect(keys[0].firstProvenAt <= keys[1].firstProvenAt)
+        #expect(keys[0].firstProvenAt < keys[1].firstProvenAt)
         // Signed by the successor alone from now on.
         #expect(try Self.answer(try deployment.post(copied, signedBy: successor)).visitorId == victimId)
 

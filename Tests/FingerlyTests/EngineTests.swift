@@ -186,6 +186,20 @@ extension EngineAnswer {
         #expect(updatedVisitor(next, with: observed, provenKeyID: nil, now: 30).deviceKeys == next.deviceKeys)
     }
 
+    @Test func keysAreEvictedOldestProvenFirstNeverByKeyId() {
+        // The oldest-proven key has the highest id: by id it would be kept, by age it goes first.
+        let keys = (0..<8).map { DeviceKeyRecord(keyId: "k\(9 - $0)", firstProvenAt: 100 + Int64($0)) }
+        var stored = F.visitor("vis_a", F.report(F.host()))
+        stored.deviceKeys = keys
+        let observed = ObservedIdentity(report: F.report(F.host()))
+        let next = updatedVisitor(stored, with: observed, provenKeyID: "k0", now: 200)
+        #expect(next.deviceKeys.map(\.keyId) == ["k8", "k7", "k6", "k5", "k4", "k3", "k2", "k0"])
+        // Proven within the second of the newest key, a key is still the newest.
+        let sameSecond = updatedVisitor(next, with: observed, provenKeyID: "a", now: 200)
+        #expect(sameSecond.deviceKeys.last == DeviceKeyRecord(keyId: "a", firstProvenAt: 201))
+        #expect(!sameSecond.deviceKeys.contains { $0.keyId == "k8" })
+    }
+
     @Test func findingsScoreLikeVerdictsAndAGroupNeverExceedsItsWeight() throws {
         let scoring = try #require(Policy.embedded().suspect)
         let farmWeight = try #require(scoring.weights[.farm])
@@ -524,6 +538,12 @@ extension EngineAnswer {
         let eventBytes = under.engine.event(requestId: answer.requestId, organization: F.organization).body
         let event = try JSONDecoder.fingerly.decode(StoredEvent.self, from: Data(eventBytes))
         #expect(event.report == keys.rekeyed(report))
+        // An identifier hash a probe also wrote as a signal is re-keyed there too, consistently.
+        let withSignal = F.report(F.host(), signals: ["machine.machine_id": .string(IdentifierHasher(organization: F.organization).hash("machine-1")),
+                                                      "os.id": .string("debian")])
+        let rekeyedSignals = keys.rekeyed(withSignal).probes[0].signals
+        #expect(rekeyedSignals["machine.machine_id"] == .string(keys.rekey(IdentifierHasher(organization: F.organization).hash("machine-1"))))
+        #expect(rekeyedSignals["os.id"] == .string("debian"))
         let text = String(decoding: eventBytes, as: UTF8.self)
         for value in clientValues { #expect(!text.contains(value)) }
         for part in report.identity.hardwareComponents + report.identity.instanceComponents {
