@@ -192,7 +192,15 @@ package final class IdentityEngine: Sendable {
     /// The organization's identifier secret, made on its first request; nil when it does not exist.
     private func identifierSecret(_ tx: any StoreTransaction, organization: String) throws(StoreError) -> [UInt8]? {
         if let known = identifierSecrets.withLock({ $0[organization] }) { return known }
-        return try tx.identifierSecret(organization: organization, candidate: randomBytes(StoredIdentifierKeys.secretLength))
+        let candidate = randomBytes(StoredIdentifierKeys.secretLength)
+        let secret = try tx.identifierSecret(organization: organization, candidate: candidate)
+        if let secret, secret == candidate {
+            // Made now: visitors stored before the organization had a secret hold the values
+            // clients sent, and are keyed like every later one before anything looks them up.
+            let keys = StoredIdentifierKeys(secret: secret)
+            _ = try tx.rekeyVisitors(organization: organization, keys.rekey)
+        }
+        return secret
     }
 
     private func begin(_ tx: any StoreTransaction, organization: String, key: String, bodyHash: [UInt8], now: Int64) throws(StoreError) -> Step {

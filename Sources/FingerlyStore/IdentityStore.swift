@@ -166,6 +166,10 @@ package protocol StoreTransaction {
     /// either way, so two processes racing to make one agree on the first that landed. nil
     /// when the organization does not exist.
     func identifierSecret(organization: String, candidate: [UInt8]) throws(StoreError) -> [UInt8]?
+    /// Rewrites the identifiers and component hashes of every visitor of the organization through
+    /// `transform`: once, when its identifier secret is made, for the visitors stored before it had
+    /// one. Returns how many visitors it rewrote.
+    func rekeyVisitors(organization: String, _ transform: (String) -> String) throws(StoreError) -> Int
 
     // Idempotency
     func idempotency(organization: String, key: String) throws(StoreError) -> IdempotencyRecord?

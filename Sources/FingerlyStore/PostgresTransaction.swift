@@ -89,6 +89,24 @@ final class PostgresTransaction: StoreTransaction {
         }.first ?? nil
     }
 
+    func rekeyVisitors(organization: String, _ transform: (String) -> String) throws(StoreError) -> Int {
+        let connection = try open()
+        let visitors = try connection.query("SELECT id, instance_id, hardware_id FROM visitors WHERE organization = $1",
+                                            [.text(organization)]) { ($0.text(0), $0.optionalText(1), $0.optionalText(2)) }
+        for (id, instanceId, hardwareId) in visitors {
+            try connection.execute("UPDATE visitors SET instance_id = $1, hardware_id = $2 WHERE id = $3",
+                                   [.optionalText(instanceId.map(transform)), .optionalText(hardwareId.map(transform)), .text(id)])
+        }
+        let components = try connection.query("SELECT visitor_id, scope, name, hash FROM visitor_components WHERE organization = $1",
+                                              [.text(organization)]) { ($0.text(0), $0.text(1), $0.text(2), $0.text(3)) }
+        for (visitor, scope, name, hash) in components {
+            try connection.execute("""
+                UPDATE visitor_components SET hash = $1 WHERE visitor_id = $2 AND scope = $3 AND name = $4 AND hash = $5
+                """, [.text(transform(hash)), .text(visitor), .text(scope), .text(name), .text(hash)])
+        }
+        return visitors.count
+    }
+
     // MARK: Idempotency
 
     private static func idempotencyKey(_ organization: String, _ key: String) -> String { organization + "\u{0}" + key }

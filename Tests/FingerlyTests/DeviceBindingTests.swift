@@ -13,8 +13,6 @@ import Testing
 /// `fingerly-server` over SQLite and over PostgreSQL, with the real client as the victim and an
 /// impostor that holds the public key and a copy of the victim's report.
 @Suite(.serialized) struct DeviceBindingTests {
-    enum Backend: String, CaseIterable, Sendable { case sqlite, postgres }
-
     /// A server over a fresh database of `backend` with a key of acme, and a way to read its store.
     final class Deployment {
         let database: String
@@ -23,7 +21,7 @@ import Testing
         let server: ServerProcess
         private let dispose: () -> Void
 
-        init(_ backend: Backend, arguments: [String] = []) throws {
+        init(_ backend: StoreBackend, arguments: [String] = []) throws {
             switch backend {
             case .sqlite:
                 database = try TestPaths.temporaryDirectory("binding") + "/db.sqlite"
@@ -127,7 +125,7 @@ import Testing
     /// other hardware, with forged ids, and with a rotation statement of a key not the victim's,
     /// is never the victim's visitor without the high-weight trigger; the victim's next run has
     /// the same visitorId and a score no higher than before; what is stored is keyed server-side.
-    @Test(arguments: Backend.allCases) func anImpostorNeverJoinsOrFramesABoundVisitor(backend: Backend) throws {
+    @Test(arguments: StoreBackend.allCases) func anImpostorNeverJoinsOrFramesABoundVisitor(backend: StoreBackend) throws {
         // Unsigned requests reach the engine here: the worst case (by default they are refused, below).
         let deployment = try Deployment(backend, arguments: ["--allow-unsigned"])
         let state = try SubmissionCLITests.freshState("binding-victim-\(backend)")
@@ -203,7 +201,7 @@ import Testing
 
     /// Acceptance: nine new keys claiming the victim's identifiers leave the victim's key in
     /// place; a rotation statement by the victim's own key adopts the new key, kept newest last.
-    @Test(arguments: Backend.allCases) func nineNewKeysLeaveTheVictimsKeyInPlace(backend: Backend) throws {
+    @Test(arguments: StoreBackend.allCases) func nineNewKeysLeaveTheVictimsKeyInPlace(backend: StoreBackend) throws {
         let deployment = try Deployment(backend)
         let state = try SubmissionCLITests.freshState("binding-nine-\(backend)")
         let first = try deployment.clientRun(state: state)
@@ -243,5 +241,37 @@ import Testing
         #expect(unsigned.status == 401 && unsigned.errorCode == "missing_signature")
         let unsignedRotation = try deployment.post(copied, signedBy: nil, rotation: try KeyRotation.field(rotatingTo: successor, from: victimKey))
         #expect(unsignedRotation.status == 401 && unsignedRotation.errorCode == "invalid_key_rotation")
+    }
+
+    /// A database from before identifiers were re-keyed: its visitors hold the values clients
+    /// sent. The organization's first request makes its secret and re-keys them in the same
+    /// transaction, so every host keeps its visitor across the upgrade.
+    @Test(arguments: StoreBackend.allCases) func visitorsStoredBeforeTheSecretKeepTheirIdentity(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        let report = EngineFixtures.report(EngineFixtures.host())
+        let observed = ObservedIdentity(report: report)
+        let old = VisitorRecord(id: "vis_before", organization: "acme", instanceId: observed.instanceId, hardwareId: observed.hardwareId,
+                                firstSeen: 1, lastSeen: 1, components: observed.components,
+                                deviceKeys: [DeviceKeyRecord(keyId: "key-a", firstProvenAt: 1)])
+        try store.transaction { (tx) throws(StoreError) in
+            _ = try tx.ensureOrganization(named: "acme", now: 1)
+            try tx.putVisitor(old)
+        }
+        let engine = IdentityEngine(store: store, policy: .embedded())
+        let answer = try engine.identify(organization: "acme", idempotencyKey: "after-upgrade", body: try EngineFixtures.body(report),
+                                         deviceKeyID: "key-a", signatureVerified: true, now: EngineFixtures.now).identifyAnswer()
+        #expect(answer.visitorId == "vis_before" && !answer.visitorIsNew && answer.triggers?.isEmpty == true)
+        let (secret, visitor) = try store.transaction { (tx) throws(StoreError) -> ([UInt8]?, VisitorRecord?) in
+            (try tx.identifierSecret(organization: "acme", candidate: [0]), try tx.visitor(id: "vis_before", organization: "acme"))
+        }
+        let keys = StoredIdentifierKeys(secret: try #require(secret))
+        #expect(visitor?.instanceId == observed.instanceId.map(keys.rekey) && visitor?.hardwareId == observed.hardwareId.map(keys.rekey))
+        #expect(Set(visitor?.components ?? []) == Set(observed.components.map { ComponentRecord(scope: $0.scope, name: $0.name, hash: keys.rekey($0.hash)) }))
+        // Once only: a second engine (another process) finds the secret made and re-keys nothing again.
+        let again = try IdentityEngine(store: store, policy: .embedded()).identify(
+            organization: "acme", idempotencyKey: "later", body: try EngineFixtures.body(report), deviceKeyID: "key-a",
+            signatureVerified: true, now: EngineFixtures.now + 1).identifyAnswer()
+        #expect(again.visitorId == "vis_before" && again.triggers?.isEmpty == true)
     }
 }
