@@ -356,6 +356,35 @@ private struct Deliberate: Error {}
         #expect(try reopened.transaction { tx throws(StoreError) in try tx.organization(named: "acme") } != nil)
     }
 
+    /// Migration 4 on a database of version 3 with bound visitors: each key's first-proven time is
+    /// its visitor's first_seen (all the old schema knew), and the organization has no secret yet.
+    @Test func deviceKeysOfAVersion3DatabaseAreProvenAtTheirVisitorsFirstSeen() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/fingerly.db"
+        do {
+            let raw = try SQLiteConnection(path: path, busyTimeoutMilliseconds: 100, checkpointOnClose: true)
+            try raw.execute(SQLiteSchema.createMigrationTable, [])
+            for migration in SQLiteSchema.migrations where migration.version <= 3 {
+                for statement in migration.statements { try raw.execute(statement, []) }
+                try raw.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?1, 0)", [.integer(migration.version)])
+            }
+            try raw.execute("INSERT INTO organizations (name, suspended, created_at) VALUES ('acme', 0, 1)", [])
+            try raw.execute("INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) VALUES ('v1', 'acme', 'i', 'h', 50, 90)", [])
+            for key in ["zz", "aa"] {
+                try raw.execute("INSERT INTO visitor_device_keys (visitor_id, key_id) VALUES ('v1', ?1)", [.text(key)])
+            }
+            raw.close()
+        }
+        let store = try SQLiteStore(path: path)
+        defer { store.close() }
+        #expect(try store.schemaVersion() == 4)
+        let visitor = try store.transaction { tx throws(StoreError) in try tx.visitor(id: "v1", organization: "acme") }
+        #expect(visitor?.deviceKeys == [DeviceKeyRecord(keyId: "aa", firstProvenAt: 50), DeviceKeyRecord(keyId: "zz", firstProvenAt: 50)])
+        let secret = try store.transaction { tx throws(StoreError) in try tx.identifierSecret(organization: "acme", candidate: [7]) }
+        #expect(secret == [7])
+    }
+
     @Test func aDatabaseFromANewerBuildIsRefused() throws {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
