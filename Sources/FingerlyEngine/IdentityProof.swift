@@ -26,10 +26,13 @@ enum IdentityDerivationCheck {
     static func underivedField(_ report: SignalReport, hasher: IdentifierHasher) -> String? {
         let derived = HostIdentity.derive(from: report.probes.flatMap(\.identityComponents), hasher: hasher)
         let identity = report.identity
-        if identity.instanceId != derived.instanceId || (identity.instanceId != nil && identity.instanceIdVersion != derived.instanceIdVersion) {
+        // A version this server does not derive is no identifier it can check.
+        if identity.instanceId != derived.instanceId
+            || (identity.instanceId != nil && identity.instanceIdVersion != derived.instanceIdVersion) {
             return "report.identity.instanceId"
         }
-        if identity.hardwareId != derived.hardwareId || (identity.hardwareId != nil && identity.hardwareIdVersion != derived.hardwareIdVersion) {
+        if identity.hardwareId != derived.hardwareId
+            || (identity.hardwareId != nil && identity.hardwareIdVersion != derived.hardwareIdVersion) {
             return "report.identity.hardwareId"
         }
         return nil
@@ -57,7 +60,8 @@ package struct StoredIdentifierKeys: Sendable {
         let ok = secret.withUnsafeBufferPointer { key in
             message.withUnsafeBufferPointer { bytes in
                 digest.withUnsafeMutableBufferPointer { out in
-                    HMAC(Self.sha256 ?? EVP_sha256(), key.baseAddress, Int32(key.count), bytes.baseAddress, bytes.count, out.baseAddress, &length)
+                    HMAC(Self.sha256 ?? EVP_sha256(), key.baseAddress, Int32(key.count), bytes.baseAddress, bytes.count,
+                         out.baseAddress, &length)
                 }
             }
         }
@@ -118,9 +122,10 @@ package struct StoredIdentifierKeys: Sendable {
                                           hardwareComponents: identity.hardwareComponents.map(summary),
                                           instanceComponents: identity.instanceComponents.map(summary),
                                           rootOnlyEvidence: identity.rootOnlyEvidence.map(summary))
-        return SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion, collectedAt: report.collectedAt,
-                            tag: report.tag, root: report.root, tiers: report.tiers, budgetMs: report.budgetMs, elapsedMs: report.elapsedMs,
-                            probes: probes, identity: storedIdentity, identifierKeying: report.identifierKeying, freeText: report.freeText,
+        return SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion,
+                            collectedAt: report.collectedAt, tag: report.tag, root: report.root, tiers: report.tiers,
+                            budgetMs: report.budgetMs, elapsedMs: report.elapsedMs, probes: probes, identity: storedIdentity,
+                            identifierKeying: report.identifierKeying, freeText: report.freeText,
                             prefetchedAgeMs: report.prefetchedAgeMs)
     }
 }

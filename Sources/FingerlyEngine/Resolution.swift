@@ -237,7 +237,8 @@ package func resolveVisitor(_ observed: ObservedIdentity, instanceHolders: [Visi
 /// root forgets nothing). `provenKeyID`, the key this request proved the visitor with, is kept
 /// with the time it was first proven, oldest-proven first; past the limit the oldest-proven goes.
 /// A visitor without keys (first seen unsigned) is never bound afterwards: nil is passed for it.
-package func updatedVisitor(_ visitor: VisitorRecord, with observed: ObservedIdentity, provenKeyID: String?, now: Int64) -> VisitorRecord {
+package func updatedVisitor(_ visitor: VisitorRecord, with observed: ObservedIdentity, provenKeyID: String?,
+                            now: Int64) -> VisitorRecord {
     var next = visitor
     struct Kind: Hashable { let scope: String; let name: String }
     let reported = Set(observed.components.map { Kind(scope: $0.scope, name: $0.name) })
@@ -252,7 +253,8 @@ package func updatedVisitor(_ visitor: VisitorRecord, with observed: ObservedIde
         // the one before it is still the newest, and a keyid never decides which key goes.
         let newest = ordered.last?.firstProvenAt ?? Int64.min
         let proven = newest < now ? now : (newest == Int64.max ? newest : newest + 1)
-        next.deviceKeys = Array((ordered + [DeviceKeyRecord(keyId: key, firstProvenAt: proven)]).suffix(ResolutionThresholds.deviceKeyLimit))
+        let added = ordered + [DeviceKeyRecord(keyId: key, firstProvenAt: proven)]
+        next.deviceKeys = Array(added.suffix(ResolutionThresholds.deviceKeyLimit))
     }
     return next
 }
