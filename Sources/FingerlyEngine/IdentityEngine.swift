@@ -258,8 +258,9 @@ package final class IdentityEngine: Sendable {
                          now: Int64) -> EngineAnswer {
         // 2. The body.
         let submission: SubmissionBody
+        let reportRange: Range<Int>?
         do {
-            (submission, _) = try SubmissionBody.decode(body)
+            (submission, reportRange) = try SubmissionBody.decode(body)
         } catch let error as DecodingError {
             return .badRequest(EngineWire.decodingMessage(error))
         } catch {
@@ -285,7 +286,10 @@ package final class IdentityEngine: Sendable {
         // The judged report, re-keyed, is what the event keeps: the bytes as sent hold the client's
         // identifiers.
         let rawReport: [UInt8]
-        if let encoded = try? JSONEncoder.fingerly.encode(storedReport) {
+        if let range = reportRange ?? EngineWire.rawReport(in: body).map({ $0.startIndex..<$0.endIndex }),
+           let rekeyed = keys.rekeyed(reportText: body[range], of: report) {
+            rawReport = rekeyed
+        } else if let encoded = try? JSONEncoder.fingerly.encode(storedReport) {
             rawReport = Array(encoded)
         } else {
             return .error(500, "internal", "The report could not be encoded.")

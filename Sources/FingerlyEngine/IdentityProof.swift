@@ -130,6 +130,74 @@ package struct StoredIdentifierKeys: Sendable {
     }
 }
 
+extension StoredIdentifierKeys {
+    /// The report's JSON as sent with every value `rekeyed(report)` changes replaced in place: what
+    /// encoding `rekeyed(report)` would store, without the cost of encoding a whole report again.
+    /// nil, and the caller encodes, when the text holds an escape (a value could hide behind it)
+    /// or holds any of the values elsewhere than where the report has them (a duplicate member,
+    /// a tag equal to a component hash): the replacements must be exactly those.
+    package func rekeyed(reportText raw: ArraySlice<UInt8>, of report: SignalReport) -> [UInt8]? {
+        guard !raw.contains(UInt8(ascii: "\\")) else { return nil }
+        var replacements: [String: String] = [:]
+        var expected = 0
+        func note(_ value: String, _ stored: String) {
+            replacements[value] = stored
+            expected += 1
+        }
+        let stored = rekeyed(report)
+        for (probe, kept) in zip(report.probes, stored.probes) {
+            for (component, keptComponent) in zip(probe.identityComponents, kept.identityComponents) {
+                note(component.hash, keptComponent.hash)
+            }
+            for (name, value) in probe.signals {
+                switch (value, kept.signals[name]) {
+                case (.string(let text), .string(let keptText)?) where text != keptText: note(text, keptText)
+                case (.strings(let texts), .strings(let keptTexts)?):
+                    for (text, keptText) in zip(texts, keptTexts) where text != keptText { note(text, keptText) }
+                default: break
+                }
+            }
+        }
+        let identity = report.identity, keptIdentity = stored.identity
+        if let id = identity.instanceId, let kept = keptIdentity.instanceId { note(id, kept) }
+        if let id = identity.hardwareId, let kept = keptIdentity.hardwareId { note(id, kept) }
+        for (parts, keptParts) in [(identity.hardwareComponents, keptIdentity.hardwareComponents),
+                                   (identity.instanceComponents, keptIdentity.instanceComponents),
+                                   (identity.rootOnlyEvidence, keptIdentity.rootOnlyEvidence)] {
+            for (part, keptPart) in zip(parts, keptParts) { note(part, keptPart) }
+        }
+        // Without escapes a string ends at the next quote; member names (a quote, then a colon)
+        // are never replaced.
+        var out: [UInt8] = []
+        out.reserveCapacity(raw.count)
+        var replaced = 0
+        var index = raw.startIndex
+        while index < raw.endIndex {
+            let byte = raw[index]
+            guard byte == UInt8(ascii: "\"") else {
+                out.append(byte)
+                index += 1
+                continue
+            }
+            guard let close = raw[(index + 1)...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
+            let text = raw[(index + 1)..<close]
+            var after = close + 1
+            while after < raw.endIndex, [0x20, 0x09, 0x0A, 0x0D].contains(raw[after]) { after += 1 }
+            let isName = after < raw.endIndex && raw[after] == UInt8(ascii: ":")
+            if !isName, let replacement = replacements[String(decoding: text, as: UTF8.self)] {
+                out.append(UInt8(ascii: "\""))
+                out.append(contentsOf: replacement.utf8)
+                out.append(UInt8(ascii: "\""))
+                replaced += 1
+            } else {
+                out.append(contentsOf: raw[index...close])
+            }
+            index = close + 1
+        }
+        return replaced == expected ? out : nil
+    }
+}
+
 /// Whether a request proves a bound visitor: signed by one of its keys, or by a new key that a
 /// rotation statement of one of its keys vouches for (`rotatedFrom`, already verified).
 package func proves(_ visitor: VisitorRecord, verifiedKeyID: String?, rotatedFrom: String?) -> Bool {

@@ -274,4 +274,30 @@ import Testing
             signatureVerified: true, now: EngineFixtures.now + 1).identifyAnswer()
         #expect(again.visitorId == "vis_before" && again.triggers?.isEmpty == true)
     }
+
+    /// The local mode goes through the engine as the server does: its requests are signed with
+    /// the device key, so its visitors are bound; the key deleted, the host claims its old visitor.
+    @Test func theLocalModeSignsAndBindsItsVisitors() throws {
+        let state = try SubmissionCLITests.freshState("binding-local")
+        let environment = ProcessInfo.processInfo.environment.merging(["FINGERLY_STATE_DIR": state]) { $1 }
+        let arguments = ["--root", TestPaths.fixture("laptop-baremetal"), "--tiers", "fast", "--json"]
+        func run() throws -> IdentifyResult {
+            let output = try runCLI(arguments, environment: environment, removing: ["FINGERLY_API_KEY", "FINGERLY_ENDPOINT"])
+            #expect(output.status == 0, "\(output.standardError)")
+            return try output.identifyResult()
+        }
+        let first = try run()
+        #expect(first.state == .local && first.visitorIsNew == true)
+        let key = try DeviceKey.loadOrCreate(in: state)
+        let event = try runCLI(["events", "show", first.requestId], environment: environment)
+        #expect(event.status == 0 && event.standardOutput.contains(#""keyId":"\#(key.keyID)","verified":true"#), "\(event.standardOutput.prefix(600))")
+        #expect(try run().visitorId == first.visitorId)
+
+        try DeviceKey.delete(in: state)
+        let claimed = try run()
+        #expect(claimed.visitorId != first.visitorId && claimed.visitorIsNew == true)
+        #expect(claimed.triggers.contains { $0.signal == "identity_claimed_without_key" && $0.confidence == .high })
+        let visitors = try runCLI(["visitors", "--json"], environment: environment)
+        #expect(visitors.status == 0 && !visitors.standardOutput.contains(claimed.visitorId ?? "-"))
+    }
 }

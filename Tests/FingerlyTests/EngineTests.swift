@@ -404,9 +404,9 @@ extension EngineAnswer {
         #expect(!answer.identifiable && answer.visitorIsNew && answer.visitorConfidence == 20)
     }
 
-    @Test func eventsAreStoredWithTheJudgedReportAndReadOnlyByTheirOrganization() throws {
+    @Test func eventsAreStoredWithTheReportAsSentAndReadOnlyByTheirOrganization() throws {
         let under = try EngineUnderTest("events")
-        // A member this server does not know is not judged, so not stored.
+        // A member this server does not know stays in the stored report.
         var text = String(decoding: try F.body(F.report(F.host(), tag: "checkout")), as: UTF8.self)
         text = text.replacingOccurrences(of: #""report":{"#, with: #""report":{"futureMember":{"n":12345678901234567890},"#)
         let body = Array(text.utf8)
@@ -423,7 +423,7 @@ extension EngineAnswer {
             try tx.identifierSecret(organization: F.organization, candidate: [1])
         })
         #expect(event.report == StoredIdentifierKeys(secret: secret).rekeyed(F.report(F.host(), tag: "checkout")))
-        #expect(!String(decoding: read.body, as: UTF8.self).contains("futureMember"))
+        #expect(String(decoding: read.body, as: UTF8.self).contains(#"{"futureMember":{"n":12345678901234567890},"#))
         // Nulls are written out.
         let unsigned = try under.identify(try F.body(F.report(F.host()))).identifyAnswer()
         let plain = String(decoding: under.engine.event(requestId: unsigned.requestId, organization: F.organization).body, as: UTF8.self)
@@ -516,6 +516,32 @@ extension EngineAnswer {
         #expect(under.identify(try F.body(own), organization: "globex").code == "identity_mismatch")
         #expect(try under.eventCount() == 0)
         #expect(try under.identify(try F.body(own)).identifyAnswer().visitorIsNew)
+    }
+
+    @Test func theReportTextIsReKeyedInPlaceOnlyWhenThatIsExactlyTheReKeyedReport() throws {
+        let keys = StoredIdentifierKeys(secret: Array(repeating: 7, count: 32))
+        let hasher = IdentifierHasher(organization: F.organization)
+        let report = F.report(F.host(), signals: ["machine.machine_id": .string(hasher.hash("machine-1"))])
+        let text = try JSONEncoder.fingerly.encode(report)
+        let replaced = try #require(keys.rekeyed(reportText: Array(text)[...], of: report))
+        #expect(try JSONDecoder.fingerly.decode(SignalReport.self, from: Data(replaced)) == keys.rekeyed(report))
+        // An escape could hide a value; a value where the report does not have it (here the tag)
+        // would be replaced where rekeyed(_:) keeps it: the caller encodes instead.
+        let escaped = String(decoding: text, as: UTF8.self).replacingOccurrences(of: #""root":"/""#, with: #""root":"\/""#)
+        #expect(keys.rekeyed(reportText: Array(escaped.utf8)[...], of: report) == nil)
+        let tagged = F.report(F.host(), tag: report.identity.instanceId)
+        #expect(keys.rekeyed(reportText: Array(try JSONEncoder.fingerly.encode(tagged))[...], of: tagged) == nil)
+        // Through the engine either way, the event holds the re-keyed report.
+        let under = try EngineUnderTest("rekeyed-text")
+        let secret = try #require(try under.store.transaction { (tx) throws(StoreError) -> [UInt8]? in
+            _ = try tx.ensureOrganization(named: F.organization, now: 1)
+            return try tx.identifierSecret(organization: F.organization, candidate: [1])
+        })
+        let body = String(decoding: try F.body(tagged), as: UTF8.self).replacingOccurrences(of: #""root":"/""#, with: #""root":"\/""#)
+        let answer = try under.identify(Array(body.utf8)).identifyAnswer()
+        let event = try JSONDecoder.fingerly.decode(StoredEvent.self, from: Data(under.engine.event(requestId: answer.requestId,
+                                                                                                   organization: F.organization).body))
+        #expect(event.report == StoredIdentifierKeys(secret: secret).rekeyed(tagged))
     }
 
     @Test func storedIdentifiersAndTheEventAreKeyedWithTheOrganizationsSecret() throws {
