@@ -287,7 +287,7 @@ package final class IdentityEngine: Sendable {
         // identifiers.
         let rawReport: [UInt8]
         if let range = reportRange ?? EngineWire.rawReport(in: body).map({ $0.startIndex..<$0.endIndex }),
-           let rekeyed = keys.rekeyed(reportText: body[range], of: report) {
+           let rekeyed = keys.rekeyed(reportText: body[range], of: report, stored: storedReport) {
             rawReport = rekeyed
         } else if let encoded = try? JSONEncoder.fingerly.encode(storedReport) {
             rawReport = Array(encoded)

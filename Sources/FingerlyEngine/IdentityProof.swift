@@ -45,31 +45,43 @@ enum IdentityDerivationCheck {
 /// client sends is re-keyed before it is compared).
 package struct StoredIdentifierKeys: Sendable {
     package static let secretLength = 32
-    private let secret: [UInt8]
+    /// The secret padded to SHA-256's block and XORed with HMAC's inner and outer pads (RFC 2104),
+    /// once: `rekey`, run for a report's few dozen values, then costs two digests, without the
+    /// MAC set-up libcrypto's one-shot `HMAC()` repeats on every call.
+    private let innerPad: [UInt8]
+    private let outerPad: [UInt8]
 
-    package init(secret: [UInt8]) { self.secret = secret }
+    package init(secret: [UInt8]) {
+        let blockSize = 64
+        var block = secret.count > blockSize ? Self.sha256(secret) : secret
+        block += [UInt8](repeating: 0, count: blockSize - block.count)
+        innerPad = block.map { $0 ^ 0x36 }
+        outerPad = block.map { $0 ^ 0x5C }
+    }
 
-    /// Fetched once, as IdentifierHasher does: the provider lookup is most of an HMAC's cost.
-    nonisolated(unsafe) private static let sha256: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)
+    /// Fetched once, as IdentifierHasher does: the provider lookup is most of a digest's cost.
+    nonisolated(unsafe) private static let sha256Digest: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)
 
-    /// The stored form of one client value: 64 lowercase hex digits.
-    package func rekey(_ value: String) -> String {
-        let message = Array("fingerly-stored-identifier-v1\n\(value)".utf8)
-        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+    private static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+        var digest = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        let ok = secret.withUnsafeBufferPointer { key in
-            message.withUnsafeBufferPointer { bytes in
-                digest.withUnsafeMutableBufferPointer { out in
-                    HMAC(Self.sha256 ?? EVP_sha256(), key.baseAddress, Int32(key.count), bytes.baseAddress, bytes.count,
-                         out.baseAddress, &length)
-                }
+        let ok = bytes.withUnsafeBufferPointer { input in
+            digest.withUnsafeMutableBufferPointer { output in
+                EVP_Digest(input.baseAddress, input.count, output.baseAddress, &length, sha256Digest ?? EVP_sha256(), nil)
             }
         }
-        precondition(ok != nil && length == 32, "HMAC-SHA256 failed in libcrypto")
+        precondition(ok == 1 && length == 32, "SHA-256 failed in libcrypto")
+        return digest
+    }
+
+    /// The stored form of one client value: HMAC-SHA256 under the secret, 64 lowercase hex digits.
+    package func rekey(_ value: String) -> String {
+        let inner = Self.sha256(innerPad + Array("fingerly-stored-identifier-v1\n\(value)".utf8))
+        let digest = Self.sha256(outerPad + inner)
         let hex = Array("0123456789abcdef".utf8)
         var text: [UInt8] = []
         text.reserveCapacity(64)
-        for byte in digest.prefix(32) {
+        for byte in digest {
             text.append(hex[Int(byte >> 4)])
             text.append(hex[Int(byte & 0xf)])
         }
@@ -92,6 +104,13 @@ package struct StoredIdentifierKeys: Sendable {
             full[hash] = value
             return value
         }
+        func holdsHash(_ value: SignalValue) -> Bool {
+            switch value {
+            case .string(let text): Self.isIdentifierHash(text)
+            case .strings(let texts): texts.contains(where: Self.isIdentifierHash)
+            default: false
+            }
+        }
         func signal(_ value: SignalValue) -> SignalValue {
             switch value {
             case .string(let text) where Self.isIdentifierHash(text): .string(stored(text))
@@ -101,12 +120,16 @@ package struct StoredIdentifierKeys: Sendable {
             }
         }
         let probes = report.probes.map { probe in
-            ProbeEntry(id: probe.id, tier: probe.tier, status: probe.status, durationMs: probe.durationMs, detail: probe.detail,
-                       issues: probe.issues, signals: probe.signals.mapValues(signal),
-                       identityComponents: probe.identityComponents.map { component in
-                           IdentityComponent(scope: component.scope, name: component.name, hash: stored(component.hash),
-                                             worldReadable: component.worldReadable)
-                       })
+            // Most probes carry neither: they are kept as they are, not copied.
+            let rekeysSignals = probe.signals.values.contains(where: holdsHash)
+            guard rekeysSignals || !probe.identityComponents.isEmpty else { return probe }
+            let components = probe.identityComponents.map { component in
+                IdentityComponent(scope: component.scope, name: component.name, hash: stored(component.hash),
+                                  worldReadable: component.worldReadable)
+            }
+            return ProbeEntry(id: probe.id, tier: probe.tier, status: probe.status, durationMs: probe.durationMs, detail: probe.detail,
+                              issues: probe.issues, signals: rekeysSignals ? probe.signals.mapValues(signal) : probe.signals,
+                              identityComponents: components)
         }
         // A summary is `name:` and a hash's first 12 digits: the stored hash's, when a component
         // of the report has it; a summary naming no component is re-keyed on its own.
@@ -136,7 +159,8 @@ extension StoredIdentifierKeys {
     /// nil, and the caller encodes, when the text holds an escape (a value could hide behind it)
     /// or holds any of the values elsewhere than where the report has them (a duplicate member,
     /// a tag equal to a component hash): the replacements must be exactly those.
-    package func rekeyed(reportText raw: ArraySlice<UInt8>, of report: SignalReport) -> [UInt8]? {
+    /// `stored` is `rekeyed(report)`, when the caller has it.
+    package func rekeyed(reportText raw: ArraySlice<UInt8>, of report: SignalReport, stored known: SignalReport? = nil) -> [UInt8]? {
         guard !raw.contains(UInt8(ascii: "\\")) else { return nil }
         var replacements: [String: String] = [:]
         var expected = 0
@@ -144,7 +168,7 @@ extension StoredIdentifierKeys {
             replacements[value] = stored
             expected += 1
         }
-        let stored = rekeyed(report)
+        let stored = known ?? rekeyed(report)
         for (probe, kept) in zip(report.probes, stored.probes) {
             for (component, keptComponent) in zip(probe.identityComponents, kept.identityComponents) {
                 note(component.hash, keptComponent.hash)
@@ -167,7 +191,8 @@ extension StoredIdentifierKeys {
             for (part, keptPart) in zip(parts, keptParts) { note(part, keptPart) }
         }
         // Without escapes a string ends at the next quote; member names (a quote, then a colon)
-        // are never replaced.
+        // are never replaced. Only strings of a length some value has are looked up.
+        let lengths = Set(replacements.keys.map(\.utf8.count))
         var out: [UInt8] = []
         out.reserveCapacity(raw.count)
         var replaced = 0
@@ -184,7 +209,7 @@ extension StoredIdentifierKeys {
             var after = close + 1
             while after < raw.endIndex, [0x20, 0x09, 0x0A, 0x0D].contains(raw[after]) { after += 1 }
             let isName = after < raw.endIndex && raw[after] == UInt8(ascii: ":")
-            if !isName, let replacement = replacements[String(decoding: text, as: UTF8.self)] {
+            if !isName, lengths.contains(text.count), let replacement = replacements[String(decoding: text, as: UTF8.self)] {
                 out.append(UInt8(ascii: "\""))
                 out.append(contentsOf: replacement.utf8)
                 out.append(UInt8(ascii: "\""))

@@ -518,6 +518,12 @@ extension EngineAnswer {
         #expect(try under.identify(try F.body(own)).identifyAnswer().visitorIsNew)
     }
 
+    @Test func storedIdentifiersAreHMACSHA256UnderTheSecret() {
+        // RFC 2104 over "fingerly-stored-identifier-v1\nabc" (Python's hmac module gives the same).
+        #expect(StoredIdentifierKeys(secret: Array(repeating: 7, count: 32)).rekey("abc")
+                == "853252c9b04de71516a1e9d27f4821a92860d0c2eaef3b25cbcad54bf149efb3")
+    }
+
     @Test func theReportTextIsReKeyedInPlaceOnlyWhenThatIsExactlyTheReKeyedReport() throws {
         let keys = StoredIdentifierKeys(secret: Array(repeating: 7, count: 32))
         let hasher = IdentifierHasher(organization: F.organization)
