@@ -5,6 +5,7 @@ import FoundationEssentials
 import FingerlyEngine
 import FingerlyModel
 import FingerlyStore
+import FingerlyTransport
 
 /// The embedded local mode: with no API key and no endpoint, `identify` resolves the visitor
 /// in this process with the server's own engine, against SQLite in the state directory.
@@ -32,7 +33,9 @@ extension Fingerly {
             do {
                 let store = try SQLiteStore(path: directory + "/" + Self.localDatabaseName)
                 _ = try store.transaction { (tx) throws(StoreError) in try tx.ensureOrganization(named: Self.localOrganization, now: Int64(time(nil))) }
-                let engine = IdentityEngine(store: store, policy: policy)
+                // The reports resolved here are keyed by this installation's secret, which the engine
+                // needs to recompute their identifiers.
+                let engine = IdentityEngine(store: store, policy: policy, clientKeying: .hasher(identifierHasher()))
                 cached = engine
                 return engine
             } catch {
@@ -72,8 +75,9 @@ extension Fingerly {
         } catch {
             return .failure(.invalidConfiguration(field: "report", reason: error.message))
         }
+        let keyID = localSignature(prepared.outgoing)
         let answer = engine.identify(organization: Self.localOrganization, idempotencyKey: prepared.outgoing.idempotencyKey,
-                                     body: prepared.outgoing.body, deviceKeyID: nil, signatureVerified: false,
+                                     body: prepared.outgoing.body, deviceKeyID: keyID, signatureVerified: keyID != nil,
                                      now: prepared.outgoing.createdAt)
         guard answer.status == 200, let decoded = try? JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(answer.body)) else {
             let said = (try? JSONDecoder.fingerly.decode(WireError.self, from: Data(answer.body)))?.error.message ?? "HTTP \(answer.status)"
@@ -81,6 +85,21 @@ extension Fingerly {
         }
         return .success(IdentifyResult.resolved(decoded, state: .local, report: report, localVerdicts: verdicts, policy: policy,
                                                 request: nil))
+    }
+
+    /// The device key's id once the request is signed with it and the signature verifies, as a
+    /// server verifies it: local visitors are bound to this installation's key as remote ones
+    /// are. nil (an unsigned request, which binds nothing) when there is no key to sign with.
+    func localSignature(_ outgoing: OutgoingRequest) -> String? {
+        guard let key = deviceKey() else { return nil }
+        let path = "/v1/identify", idempotencyKey = "\"\(outgoing.idempotencyKey)\""
+        guard let fields = try? MessageSignature.sign(method: "POST", path: path, body: outgoing.body, idempotencyKey: idempotencyKey,
+                                                      created: outgoing.createdAt, with: key),
+              let verified = try? MessageSignature.verify(method: "POST", path: path,
+                                                          fields: fields.headers + [("Idempotency-Key", idempotencyKey)],
+                                                          body: outgoing.body, now: outgoing.createdAt, window: 0)
+        else { return nil }
+        return verified.keyID
     }
 
     /// A stored local event, as `GET /v1/events/{requestId}` would return it; nil when unknown.

@@ -1,8 +1,10 @@
 import FoundationEssentials
+import FingerlyHost
 import FingerlyModel
 import FingerlyPolicy
 import FingerlyProbes
 import FingerlyStore
+import Synchronization
 
 /// An answer of the engine: an HTTP status and its JSON body (an `IdentifyAnswer`, an event,
 /// or a `WireError`), and the error code when it is one. The server writes it as is; the local
@@ -67,6 +69,11 @@ package final class IdentityEngine: Sendable {
     package let policy: Policy
     private let verdictEngine: VerdictEngine
     private let writer: AnswerWriter
+    /// How the clients hashed the identifiers this engine recomputes.
+    private let clientKeying: ClientIdentifierKeying
+    /// Each organization's identifier secret once a transaction that read it committed: it is
+    /// written once and never changes, so a copy here is never stale.
+    private let identifierSecrets = Mutex<[String: [UInt8]]>([:])
 
     /// An in-flight marker younger than this answers 409; an older one belongs to an attempt
     /// that died (a killed process), and the next attempt takes it over.
@@ -80,9 +87,10 @@ package final class IdentityEngine: Sendable {
     /// Longest requestId looked up; minted ones are 30 bytes.
     package static let requestIdByteLimit = 128
 
-    package init(store: any IdentityStore, policy: Policy) {
+    package init(store: any IdentityStore, policy: Policy, clientKeying: ClientIdentifierKeying = .organizationName) {
         self.store = store
         self.policy = policy
+        self.clientKeying = clientKeying
         verdictEngine = VerdictEngine(policy: policy, catalogue: .embedded, absence: .missingEvidence)
         writer = AnswerWriter(policyName: policy.name)
     }
@@ -116,9 +124,13 @@ package final class IdentityEngine: Sendable {
 
     /// `POST /v1/identify` for an authenticated organization.
     package func identify(organization: String, idempotencyKey: String, body: [UInt8], deviceKeyID: String?,
-                          signatureVerified: Bool, now: Int64) -> EngineAnswer {
+                          signatureVerified: Bool, rotatedFrom: String? = nil, now: Int64) -> EngineAnswer {
         identify(idempotencyKey: idempotencyKey, body: body, deviceKeyID: deviceKeyID, signatureVerified: signatureVerified,
-                 now: now) { _ throws(StoreError) in .admitted(organization: organization) }
+                 rotatedFrom: rotatedFrom, now: now) { (tx) throws(StoreError) in
+            // No key admitted it: the organization may not exist yet, and its secret lives in its row.
+            _ = try tx.ensureOrganization(named: organization, now: now)
+            return .admitted(organization: organization)
+        }
     }
 
     /// What the caller's admission step decides, inside the engine's first transaction.
@@ -132,7 +144,10 @@ package final class IdentityEngine: Sendable {
     /// same transaction as the in-flight marker: one commit fewer per request, and every
     /// request waits for the store's writer lock once fewer. `admit` may run more than once
     /// (a busy store is retried), so it must have no effect outside the transaction.
-    package func identify(idempotencyKey: String, body: [UInt8], deviceKeyID: String?, signatureVerified: Bool, now: Int64,
+    /// `rotatedFrom`: the keyid of an old key whose rotation statement for the verified key the
+    /// caller checked; it lets the new key join a visitor bound to the old one.
+    package func identify(idempotencyKey: String, body: [UInt8], deviceKeyID: String?, signatureVerified: Bool,
+                          rotatedFrom: String? = nil, now: Int64,
                           admit: (any StoreTransaction) throws(StoreError) -> Admission) -> EngineAnswer {
         let keyIsValid = !idempotencyKey.isEmpty && idempotencyKey.utf8.count <= Self.idempotencyKeyByteLimit
         let bodyHash = EngineWire.sha256(body)
@@ -141,12 +156,14 @@ package final class IdentityEngine: Sendable {
         // the same key sees it from any process.
         let begun: Step
         var organization = ""
+        var secret: [UInt8]?
         do {
             begun = try store.transaction { (tx) throws(StoreError) -> Step in
                 switch try admit(tx) {
                 case .refused(let answer): return .answer(answer)
                 case .admitted(let name): organization = name
                 }
+                secret = try self.identifierSecret(tx, organization: organization)
                 guard keyIsValid else {
                     return .answer(.badRequest("The Idempotency-Key is empty or longer than \(Self.idempotencyKeyByteLimit) bytes."))
                 }
@@ -160,13 +177,33 @@ package final class IdentityEngine: Sendable {
         case .answer(let answer): return answer
         case .proceed(let created): createdAt = created
         }
+        guard let secret else {
+            release(organization: organization, key: idempotencyKey)
+            return .error(500, "internal", "The organization has no identifier secret.")
+        }
+        identifierSecrets.withLock { $0[organization] = secret }
 
         // Only a verified keyid is the sender's; an unverified one is whatever it wrote.
         let verifiedKeyID = signatureVerified ? deviceKeyID.flatMap { $0.isEmpty || $0.utf8.count > Self.deviceKeyIDByteLimit ? nil : $0 } : nil
         let answer = process(organization: organization, key: idempotencyKey, body: body, bodyHash: bodyHash, createdAt: createdAt,
-                             deviceKeyID: verifiedKeyID, signatureVerified: signatureVerified, now: now)
+                             deviceKeyID: verifiedKeyID, signatureVerified: signatureVerified,
+                             rotatedFrom: verifiedKeyID == nil ? nil : rotatedFrom, keys: StoredIdentifierKeys(secret: secret), now: now)
         if answer.status != 200 { release(organization: organization, key: idempotencyKey) }
         return answer
+    }
+
+    /// The organization's identifier secret, made on its first request; nil when it does not exist.
+    private func identifierSecret(_ tx: any StoreTransaction, organization: String) throws(StoreError) -> [UInt8]? {
+        if let known = identifierSecrets.withLock({ $0[organization] }) { return known }
+        let candidate = randomBytes(StoredIdentifierKeys.secretLength)
+        let secret = try tx.identifierSecret(organization: organization, candidate: candidate)
+        if let secret, secret == candidate {
+            // Made now: visitors stored before the organization had a secret hold the values
+            // clients sent, and are keyed like every later one before anything looks them up.
+            let keys = StoredIdentifierKeys(secret: secret)
+            _ = try tx.rekeyVisitors(organization: organization, keys.rekey)
+        }
+        return secret
     }
 
     private func begin(_ tx: any StoreTransaction, organization: String, key: String, bodyHash: [UInt8], now: Int64) throws(StoreError) -> Step {
@@ -220,7 +257,8 @@ package final class IdentityEngine: Sendable {
     }
 
     private func process(organization: String, key: String, body: [UInt8], bodyHash: [UInt8], createdAt: Int64,
-                         deviceKeyID: String?, signatureVerified: Bool, now: Int64) -> EngineAnswer {
+                         deviceKeyID: String?, signatureVerified: Bool, rotatedFrom: String?, keys: StoredIdentifierKeys,
+                         now: Int64) -> EngineAnswer {
         // 2. The body.
         let submission: SubmissionBody
         let canonicalRange: Range<Int>?
@@ -241,15 +279,22 @@ package final class IdentityEngine: Sendable {
         if let field = Self.invalidIdentifierField(report) {
             return .badRequest("Field '\(field)' must be 1 to \(Self.identifierByteLimit) printable ASCII characters.")
         }
+        if let field = IdentityDerivationCheck.underivedField(report, hasher: clientKeying.hasher(organization: organization)) {
+            return .error(400, "identity_mismatch", "Field '\(field)' is not what the report's identity components derive.")
+        }
+        // Everything kept from here on is keyed with the organization's secret.
+        let storedReport = keys.rekeyed(report)
 
         // 3. Judged here from the signals, whatever verdicts a client may claim.
         let verdicts = Verdicts(verdictEngine.evaluate(report))
         let assessment = policy.suspect?.assess(verdicts)
-        let observed = ObservedIdentity(report: report)
-        // What is stored is what was judged, in the canonical form: a member given twice never
-        // gets here, and one no type reads is not kept (storage at the sender's pace otherwise).
-        // The client's own bytes are that form already when the reader found them so.
-        let judgedReport = canonicalRange.map { Array(body[$0]) } ?? ReportWriter.report(report)
+        let observed = ObservedIdentity(report: storedReport)
+        // What is stored is what was judged, in the canonical form and re-keyed: a member given twice
+        // never gets here, one no type reads is not kept (storage at the sender's pace otherwise),
+        // and the client's identifiers are replaced by the server's. When the reader found the
+        // client's bytes canonical already, only the re-keyed values are replaced in them.
+        let judgedReport = canonicalRange.flatMap { keys.rekeyed(reportText: body[$0], of: report, stored: storedReport) }
+            ?? ReportWriter.report(storedReport)
         let verdictsJSON = AnswerWriter.verdicts(verdicts)
         let requestId = EngineWire.mintTimeOrderedId(prefix: "req_", unixMilliseconds: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
 
@@ -282,7 +327,10 @@ package final class IdentityEngine: Sendable {
                 }
                 let resolution = resolveVisitor(observed, instanceHolders: holders, candidates: candidates)
                 var findings = resolution.findings
-                if let finding = deviceKeyFinding(visitor: resolution.matched, verifiedKeyID: deviceKeyID) { findings.append(finding) }
+                // A claim is answered as a visitor of its own and stores no visitor: the bound
+                // visitor's components, keys and later scores stay as they were.
+                let claimed = claimsWithoutKey(resolution, instanceHolders: holders, verifiedKeyID: deviceKeyID, rotatedFrom: rotatedFrom)
+                if claimed { findings.insert(.identityClaimedWithoutKey, at: 0) }
 
                 var score: Int?, level: SuspectLevel?, triggers: [IdentifyTrigger]?
                 if let assessment, let scoring = policy.suspect {
@@ -290,26 +338,33 @@ package final class IdentityEngine: Sendable {
                     (score, level, triggers) = (scored.score, scored.level, scored.triggers)
                 }
 
-                let visitor: VisitorRecord
-                if let matched = resolution.matched {
-                    visitor = updatedVisitor(matched, with: observed, verifiedKeyID: deviceKeyID, now: now)
+                let visitorId: String
+                if claimed {
+                    visitorId = EngineWire.mintId(prefix: "vis_")
+                } else if let matched = resolution.matched {
+                    let visitor = updatedVisitor(matched, with: observed, provenKeyID: matched.isBound ? deviceKeyID : nil, now: now)
+                    try tx.putVisitor(visitor, stored: matched)
+                    visitorId = visitor.id
                 } else {
-                    visitor = VisitorRecord(id: EngineWire.mintId(prefix: "vis_"), organization: organization,
-                                            instanceId: observed.instanceId, hardwareId: observed.hardwareId,
-                                            firstSeen: now, lastSeen: now, components: observed.components,
-                                            deviceKeys: deviceKeyID.map { [$0] } ?? [])
+                    let visitor = VisitorRecord(id: EngineWire.mintId(prefix: "vis_"), organization: organization,
+                                                instanceId: observed.instanceId, hardwareId: observed.hardwareId,
+                                                firstSeen: now, lastSeen: now, components: observed.components,
+                                                deviceKeys: deviceKeyID.map { [DeviceKeyRecord(keyId: $0, firstProvenAt: now)] } ?? [])
+                    try tx.putVisitor(visitor, stored: nil)
+                    visitorId = visitor.id
                 }
-                try tx.putVisitor(visitor, stored: resolution.matched)
 
-                let answer = IdentifyAnswer(requestId: requestId, visitorId: visitor.id, visitorIsNew: resolution.matched == nil,
-                                            visitorConfidence: resolution.confidence, identifiable: resolution.identifiable,
+                let joined = resolution.matched != nil && !claimed
+                let answer = IdentifyAnswer(requestId: requestId, visitorId: visitorId, visitorIsNew: !joined,
+                                            visitorConfidence: claimed ? ResolutionThresholds.claimConfidence : resolution.confidence,
+                                            identifiable: resolution.identifiable,
                                             duplicate: false, suspectScore: score, suspectLevel: level, triggers: triggers,
                                             verdicts: verdicts, policy: policy.name)
                 let answerBytes = self.writer.answer(answer, verdicts: verdictsJSON)
                 let document = self.writer.event(answer, verdicts: verdictsJSON, receivedAt: now, tag: report.tag,
                                                  signature: StoredEvent.Signature(verified: signatureVerified, keyId: deviceKeyID),
                                                  report: judgedReport)
-                try tx.insertEvent(EventRecord(requestId: requestId, organization: organization, visitorId: visitor.id,
+                try tx.insertEvent(EventRecord(requestId: requestId, organization: organization, visitorId: visitorId,
                                                receivedAt: now, document: document))
                 try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: bodyHash, state: .complete,
                                                         response: answerBytes, status: 200, createdAt: createdAt, updatedAt: now))

@@ -52,8 +52,11 @@ package enum ResolutionThresholds {
     package static let sameHardware = 0.5
     /// Components kept per visitor (a report's are already bounded per probe).
     package static let componentLimit = 256
-    /// Device keys remembered per visitor, newest last.
+    /// Device keys remembered per visitor, newest-proven last.
     package static let deviceKeyLimit = 8
+    /// Confidence of the visitor a claim without key is answered as: it is not remembered, so
+    /// nothing will know it next time.
+    package static let claimConfidence = 20
     /// Visitors fetched as fuzzy candidates.
     package static let candidateLimit = 64
 }
@@ -66,9 +69,12 @@ package struct ResolutionFinding: Sendable, Hashable {
 
     /// The instanceId of this report is held by a visitor on other hardware: a cloned image or VM.
     package static let duplicatedMachineIdentity = ResolutionFinding(signal: "duplicated_machine_identity", group: .farm, confidence: .high)
-    /// A known visitor signed with a device key it never used before (state reset, or another
-    /// installation claiming its identity). Low: reinstalling the application does it too.
-    package static let deviceKeyChanged = ResolutionFinding(signal: "device_key_changed", group: .farm, confidence: .low)
+    /// The report claims the identity of a visitor bound to device keys (its instanceId, or the
+    /// components that would join it) without a signature by one of them: copied identifiers, or
+    /// an installation that lost its key. High: only the key proves the host, and the request is
+    /// answered as a visitor of its own.
+    package static let identityClaimedWithoutKey = ResolutionFinding(signal: "identity_claimed_without_key", group: .farm,
+                                                                     confidence: .high)
 }
 
 /// The identity of one report as resolution sees it.
@@ -226,17 +232,13 @@ package func resolveVisitor(_ observed: ObservedIdentity, instanceHolders: [Visi
     return Resolution(matched: nil, confidence: confidence, identifiable: identifiable, findings: findings)
 }
 
-/// The device-key finding: a known visitor that already signed with other keys presents a new one.
-/// Only a verified key counts: an unverified `keyid` is whatever the sender wrote.
-package func deviceKeyFinding(visitor: VisitorRecord?, verifiedKeyID: String?) -> ResolutionFinding? {
-    guard let visitor, let key = verifiedKeyID, !visitor.deviceKeys.isEmpty, !visitor.deviceKeys.contains(key) else { return nil }
-    return .deviceKeyChanged
-}
-
 /// The visitor as it is stored after this report: components of the kinds the report carries
 /// replace the stored ones (a replaced disk is learned), kinds it lacks are kept (a run without
-/// root forgets nothing); the newest device key last.
-package func updatedVisitor(_ visitor: VisitorRecord, with observed: ObservedIdentity, verifiedKeyID: String?, now: Int64) -> VisitorRecord {
+/// root forgets nothing). `provenKeyID`, the key this request proved the visitor with, is kept
+/// with the time it was first proven, oldest-proven first; past the limit the oldest-proven goes.
+/// A visitor without keys (first seen unsigned) is never bound afterwards: nil is passed for it.
+package func updatedVisitor(_ visitor: VisitorRecord, with observed: ObservedIdentity, provenKeyID: String?,
+                            now: Int64) -> VisitorRecord {
     var next = visitor
     struct Kind: Hashable { let scope: String; let name: String }
     let reported = Set(observed.components.map { Kind(scope: $0.scope, name: $0.name) })
@@ -245,8 +247,14 @@ package func updatedVisitor(_ visitor: VisitorRecord, with observed: ObservedIde
     if let instanceId = observed.instanceId { next.instanceId = instanceId }
     if let hardwareId = observed.hardwareId { next.hardwareId = hardwareId }
     next.lastSeen = max(visitor.lastSeen, now)
-    if let key = verifiedKeyID {
-        next.deviceKeys = Array((visitor.deviceKeys.filter { $0 != key } + [key]).suffix(ResolutionThresholds.deviceKeyLimit))
+    if let key = provenKeyID, !visitor.isBound(to: key) {
+        let ordered = visitor.deviceKeys.sorted { ($0.firstProvenAt, $0.keyId) < ($1.firstProvenAt, $1.keyId) }
+        // Never at or before the newest key's time, so a key proven within the same second as
+        // the one before it is still the newest, and a keyid never decides which key goes.
+        let newest = ordered.last?.firstProvenAt ?? Int64.min
+        let proven = newest < now ? now : (newest == Int64.max ? newest : newest + 1)
+        let added = ordered + [DeviceKeyRecord(keyId: key, firstProvenAt: proven)]
+        next.deviceKeys = Array(added.suffix(ResolutionThresholds.deviceKeyLimit))
     }
     return next
 }

@@ -64,9 +64,10 @@ package enum FingerlyServerCommand {
           --connection-timeout S    Idle or slow connections are closed after S seconds (default 10)
           --header-limit BYTES      Memory per connection, which bounds the request head (default 32768)
           --shutdown-grace S        After SIGTERM, requests in flight get S seconds to finish (default 20)
-          --require-signatures [true|false]
-                                    Refuse unsigned identify requests with 401 missing_signature (default
-                                    false: accepted and recorded unsigned)
+          --allow-unsigned [true|false]
+                                    Accept unsigned identify requests, for third-party clients: they are
+                                    recorded unsigned and bind no visitor to a device key (default false:
+                                    401 missing_signature; the Fingerly client always signs)
           --tls-cert FILE, --tls-key FILE
                                     Serve HTTPS with this PEM certificate chain and key
           --policy FILE             The verdict policy (default: the embedded one)
@@ -116,10 +117,12 @@ package enum FingerlyServerCommand {
                 name = String(name[..<equals])
             }
             if name == "db" { name = "database" }
-            guard name == "config" || ServerConfiguration.keys.contains(name) else { throw ConfigurationError("unknown option --\(name)") }
+            guard name == "config" || ServerConfiguration.keys.contains(name) || name == "require-signatures" else {
+                throw ConfigurationError("unknown option --\(name)")
+            }
             if value == nil {
                 let next = index + 1 < arguments.count ? arguments[index + 1] : nil
-                if name == "require-signatures", next.map({ !["true", "false", "yes", "no", "1", "0"].contains($0) }) ?? true {
+                if name == "allow-unsigned" || name == "require-signatures", next.map({ !["true", "false", "yes", "no", "1", "0"].contains($0) }) ?? true {
                     value = "true"
                 } else {
                     guard let next else { throw ConfigurationError("--\(name) needs a value") }

@@ -85,8 +85,9 @@ package struct ServerConfiguration: Sendable, Hashable {
     package var headerMemoryLimit = 32 * 1024
     /// Seconds in-flight requests get to finish after SIGTERM.
     package var shutdownGrace = 20
-    /// Refuse unsigned identify requests (401 missing_signature) instead of recording them unsigned.
-    package var requireSignatures = false
+    /// Accept unsigned identify requests (third-party clients), which bind no visitor to a key;
+    /// by default they are refused with 401 missing_signature.
+    package var allowUnsigned = false
     package var tlsCertificate: String?
     package var tlsKey: String?
     package var policy: String?
@@ -108,7 +109,7 @@ package struct ServerConfiguration: Sendable, Hashable {
     package static let keys = ["listen", "database", "body-limit", "rate-limit", "retention-days", "visitor-retention-days",
                                "storage-quota", "failure-limit", "threads",
                                "connection-limit", "connection-timeout", "header-limit", "shutdown-grace",
-                               "require-signatures", "tls-cert", "tls-key", "policy"]
+                               "allow-unsigned", "tls-cert", "tls-key", "policy"]
 
     /// Applies one setting; `origin` names where it came from for the error.
     package mutating func set(_ key: String, _ value: String, origin: String) throws(ConfigurationError) {
@@ -143,12 +144,16 @@ package struct ServerConfiguration: Sendable, Hashable {
         case "connection-timeout": connectionTimeout = try number(1...3600)
         case "header-limit": headerMemoryLimit = try number(4096...1_048_576)
         case "shutdown-grace": shutdownGrace = try number(0...3600)
-        case "require-signatures":
+        case "allow-unsigned":
             switch value {
-            case "true", "yes", "1": requireSignatures = true
-            case "false", "no", "0": requireSignatures = false
-            default: throw ConfigurationError("\(origin): require-signatures must be true or false")
+            case "true", "yes", "1": allowUnsigned = true
+            case "false", "no", "0": allowUnsigned = false
+            default: throw ConfigurationError("\(origin): allow-unsigned must be true or false")
             }
+        case "require-signatures":
+            // Named so a configuration written before the default changed fails with the way out.
+            throw ConfigurationError("\(origin): require-signatures is gone: signatures are required by default, and allow-unsigned "
+                + "accepts unsigned requests")
         case "tls-cert": tlsCertificate = value
         case "tls-key": tlsKey = value
         case "policy": policy = value
@@ -173,7 +178,9 @@ package struct ServerConfiguration: Sendable, Hashable {
             }
             let key = String(line[..<equals].trimmingSpaces)
             let value = String(line[line.index(after: equals)...].trimmingSpaces)
-            guard Self.keys.contains(key) else { throw ConfigurationError("\(name):\(lineNumber): unknown setting '\(key)'") }
+            guard Self.keys.contains(key) || key == "require-signatures" else {
+                throw ConfigurationError("\(name):\(lineNumber): unknown setting '\(key)'")
+            }
             guard seen.insert(key).inserted else { throw ConfigurationError("\(name):\(lineNumber): '\(key)' is set twice") }
             try set(key, value, origin: "\(name):\(lineNumber)")
         }

@@ -128,7 +128,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         var signatureJudged = false
         var failedAuthentication = false
         let answer = engine.identify(idempotencyKey: idempotencyKey ?? "", body: body, deviceKeyID: signing.deviceKeyID,
-                                     signatureVerified: signing.deviceKeyID != nil, now: now) { tx throws(StoreError) -> IdentityEngine.Admission in
+                                     signatureVerified: signing.deviceKeyID != nil, rotatedFrom: signing.rotatedFrom,
+                                     now: now) { tx throws(StoreError) -> IdentityEngine.Admission in
             refusal = nil
             signatureJudged = false
             failedAuthentication = false
@@ -213,30 +214,40 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     /// The request's signature judged before admission: the verified device key, or the answer
     /// a failure gets once the key and organization are admitted, and the metric to count.
     private func signature(_ head: HTTPRequestHead, _ body: [UInt8], now: Int64)
-        -> (deviceKeyID: String?, failure: HTTPResponse?, metric: String?) {
+        -> (deviceKeyID: String?, rotatedFrom: String?, failure: HTTPResponse?, metric: String?) {
         let signatureFields = ["signature", "signature-input", "fingerly-device-key"]
+        let rotations = head.values("fingerly-key-rotation")
         if signatureFields.contains(where: { !head.values($0).isEmpty }) {
             do {
                 // The path as received: `/v1/%69dentify` routes as identify but is not what was signed.
                 let verified = try MessageSignature.verify(method: head.method, path: String(head.receivedPath),
                                                            fields: head.fields, body: body,
                                                            now: now, window: configuration.signatureWindow)
-                return (verified.keyID, nil, "verified")
+                if rotations.isEmpty { return (verified.keyID, nil, nil, "verified") }
+                guard rotations.count == 1, let old = KeyRotation.verify(rotations[0], newKeyID: verified.keyID) else {
+                    return (nil, nil, .error(401, "invalid_key_rotation", "Fingerly-Key-Rotation is not one valid statement of an old key "
+                        + "for the key that signed this request."), "invalid_rotation")
+                }
+                return (verified.keyID, old, nil, "verified")
             } catch {
                 let (response, metric) = signatureFailure(error)
-                return (nil, response, metric)
+                return (nil, nil, response, metric)
             }
         }
-        if configuration.requireSignatures {
-            return (nil, .error(401, "missing_signature", "This server requires signed requests (RFC 9421)."), "missing")
+        if !rotations.isEmpty {
+            return (nil, nil, .error(401, "invalid_key_rotation", "Fingerly-Key-Rotation needs a request signed by the new key."),
+                    "invalid_rotation")
+        }
+        if !configuration.allowUnsigned {
+            return (nil, nil, .error(401, "missing_signature", "This server requires signed requests (RFC 9421)."), "missing")
         }
         let digests = head.values("content-digest")
         if !digests.isEmpty {
             guard digests.count == 1, Substring(digests[0]).trimmingSpaces == ContentDigest.fieldValue(for: body) else {
-                return (nil, .error(400, "bad_request", "Content-Digest does not match the body."), nil)
+                return (nil, nil, .error(400, "bad_request", "Content-Digest does not match the body."), nil)
             }
         }
-        return (nil, nil, "unsigned")
+        return (nil, nil, nil, "unsigned")
     }
 
     private func signatureFailure(_ error: SignatureVerificationError) -> (HTTPResponse, String) {

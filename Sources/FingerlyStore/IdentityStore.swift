@@ -91,6 +91,19 @@ package struct ComponentRecord: Sendable, Hashable {
     }
 }
 
+/// A device key a visitor is bound to: its RFC 9421 keyid, and when a request first proved it
+/// (a signature by it, or a rotation statement by a key already bound).
+package struct DeviceKeyRecord: Sendable, Hashable {
+    package let keyId: String
+    /// Unix seconds; keys are kept oldest-proven first, and the oldest-proven is the one evicted.
+    package let firstProvenAt: Int64
+
+    package init(keyId: String, firstProvenAt: Int64) {
+        self.keyId = keyId
+        self.firstProvenAt = firstProvenAt
+    }
+}
+
 /// A visitor of an organization.
 package struct VisitorRecord: Sendable, Hashable {
     package let id: String
@@ -100,11 +113,12 @@ package struct VisitorRecord: Sendable, Hashable {
     package let firstSeen: Int64
     package var lastSeen: Int64
     package var components: [ComponentRecord]
-    /// Device-key ids (RFC 9421 keyid) this visitor has signed with.
-    package var deviceKeys: [String]
+    /// The device keys this visitor is bound to, oldest-proven first (ties by keyid); none: a
+    /// visitor first seen unsigned, which no key ever binds.
+    package var deviceKeys: [DeviceKeyRecord]
 
     package init(id: String, organization: String, instanceId: String?, hardwareId: String?, firstSeen: Int64, lastSeen: Int64,
-                 components: [ComponentRecord], deviceKeys: [String]) {
+                 components: [ComponentRecord], deviceKeys: [DeviceKeyRecord]) {
         self.id = id
         self.organization = organization
         self.instanceId = instanceId
@@ -114,6 +128,11 @@ package struct VisitorRecord: Sendable, Hashable {
         self.components = components
         self.deviceKeys = deviceKeys
     }
+
+    /// Whether a key proved this visitor: only a signature by one of its keys may join it.
+    package var isBound: Bool { !deviceKeys.isEmpty }
+
+    package func isBound(to keyId: String) -> Bool { deviceKeys.contains { $0.keyId == keyId } }
 }
 
 /// A stored identify event: what `GET /v1/events/{requestId}` returns.
@@ -152,6 +171,15 @@ package protocol StoreTransaction {
     func setStorageQuota(_ bytes: Int64?, organization name: String) throws(StoreError) -> Bool
     /// Bytes of event documents stored, per organization that has any.
     func storedBytes() throws(StoreError) -> [String: Int64]
+    /// The organization's identifier secret (stored identifiers are HMACs under it, never sent
+    /// to a client). When it has none yet, `candidate` becomes it; the stored one is returned
+    /// either way, so two processes racing to make one agree on the first that landed. nil
+    /// when the organization does not exist.
+    func identifierSecret(organization: String, candidate: [UInt8]) throws(StoreError) -> [UInt8]?
+    /// Rewrites the identifiers and component hashes of every visitor of the organization through
+    /// `transform`: once, when its identifier secret is made, for the visitors stored before it had
+    /// one. Returns how many visitors it rewrote.
+    func rekeyVisitors(organization: String, _ transform: (String) -> String) throws(StoreError) -> Int
 
     // Idempotency
     func idempotency(organization: String, key: String) throws(StoreError) -> IdempotencyRecord?

@@ -118,7 +118,17 @@ enum PostgresSchema {
             "ALTER TABLE events ADD COLUMN document_encoding SMALLINT NOT NULL DEFAULT 0",
             "ALTER TABLE idempotency ADD COLUMN response_encoding SMALLINT NOT NULL DEFAULT 0",
         ]),
-        // SQLiteSchema's migration 4: each organization's stored bytes, here over several slots
+        // SQLite's migration 4: device keys by the time they were first proven, and the
+        // organization's identifier secret.
+        Migration(version: 4, statements: [
+            "ALTER TABLE visitor_device_keys ADD COLUMN first_proven_at BIGINT NOT NULL DEFAULT 0",
+            """
+            UPDATE visitor_device_keys SET first_proven_at = visitors.first_seen
+            FROM visitors WHERE visitors.id = visitor_device_keys.visitor_id
+            """,
+            "ALTER TABLE organizations ADD COLUMN identifier_secret BYTEA",
+        ]),
+        // SQLiteSchema's migration 5: each organization's stored bytes, here over several slots
         // so concurrent identify transactions of one organization rarely wait on one row lock.
         Migration(version: SQLiteSchema.storageUsageVersion, statements: [
             "ALTER TABLE organizations ADD COLUMN storage_quota BIGINT",

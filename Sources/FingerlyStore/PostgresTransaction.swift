@@ -100,6 +100,34 @@ final class PostgresTransaction: StoreTransaction {
                                 [.integer(limit)], row: Self.key)
     }
 
+    func identifierSecret(organization: String, candidate: [UInt8]) throws(StoreError) -> [UInt8]? {
+        let connection = try open()
+        // The UPDATE locks the row: a second instance making a secret at once waits, then finds it set.
+        try connection.execute("UPDATE organizations SET identifier_secret = $1 WHERE name = $2 AND identifier_secret IS NULL",
+                               [.bytes(candidate), .text(organization)])
+        return try connection.query("SELECT identifier_secret FROM organizations WHERE name = $1", [.text(organization)]) {
+            $0.optionalBytes(0)
+        }.first ?? nil
+    }
+
+    func rekeyVisitors(organization: String, _ transform: (String) -> String) throws(StoreError) -> Int {
+        let connection = try open()
+        let visitors = try connection.query("SELECT id, instance_id, hardware_id FROM visitors WHERE organization = $1",
+                                            [.text(organization)]) { ($0.text(0), $0.optionalText(1), $0.optionalText(2)) }
+        for (id, instanceId, hardwareId) in visitors {
+            try connection.execute("UPDATE visitors SET instance_id = $1, hardware_id = $2 WHERE id = $3",
+                                   [.optionalText(instanceId.map(transform)), .optionalText(hardwareId.map(transform)), .text(id)])
+        }
+        let components = try connection.query("SELECT visitor_id, scope, name, hash FROM visitor_components WHERE organization = $1",
+                                              [.text(organization)]) { ($0.text(0), $0.text(1), $0.text(2), $0.text(3)) }
+        for (visitor, scope, name, hash) in components {
+            try connection.execute("""
+                UPDATE visitor_components SET hash = $1 WHERE visitor_id = $2 AND scope = $3 AND name = $4 AND hash = $5
+                """, [.text(transform(hash)), .text(visitor), .text(scope), .text(name), .text(hash)])
+        }
+        return visitors.count
+    }
+
     // MARK: Idempotency
 
     private static func idempotencyKey(_ organization: String, _ key: String) -> String { organization + "\u{0}" + key }
@@ -197,7 +225,8 @@ final class PostgresTransaction: StoreTransaction {
                 "SELECT scope, name, hash FROM visitor_components WHERE visitor_id = $1 ORDER BY scope, name, hash",
                 [.text(visitor.id)]) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) }
             visitor.deviceKeys = try connection.query(
-                "SELECT key_id FROM visitor_device_keys WHERE visitor_id = $1 ORDER BY key_id", [.text(visitor.id)]) { $0.text(0) }
+                "SELECT key_id, first_proven_at FROM visitor_device_keys WHERE visitor_id = $1 ORDER BY first_proven_at, key_id",
+                [.text(visitor.id)]) { DeviceKeyRecord(keyId: $0.text(0), firstProvenAt: $0.integer(1)) }
             return visitor
         }
     }
@@ -251,7 +280,7 @@ final class PostgresTransaction: StoreTransaction {
         // deletes of what is gone change nothing, so the difference is still safe to apply.
         let known = VisitorRowChanges.known(previous, for: visitor, updatedInPlace: touched > 0)
         var storedComponents = Set(known?.components ?? [])
-        var storedKeys = Set(known?.deviceKeys ?? [])
+        var storedKeys = Set(known?.deviceKeys.map(\.keyId) ?? [])
         if known == nil {
             storedComponents = Set(try connection.query("SELECT scope, name, hash FROM visitor_components WHERE visitor_id = $1", [.text(visitor.id)]) {
                 ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2))
@@ -272,9 +301,10 @@ final class PostgresTransaction: StoreTransaction {
         for keyId in changes.removedKeys {
             try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = $1 AND key_id = $2", [.text(visitor.id), .text(keyId)])
         }
-        for keyId in changes.addedKeys {
-            try connection.execute("INSERT INTO visitor_device_keys (visitor_id, key_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                                   [.text(visitor.id), .text(keyId)])
+        for key in changes.addedKeys {
+            try connection.execute("""
+                INSERT INTO visitor_device_keys (visitor_id, key_id, first_proven_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING
+                """, [.text(visitor.id), .text(key.keyId), .integer(key.firstProvenAt)])
         }
     }
 

@@ -9,7 +9,7 @@ enum SQLiteSchema {
 
     static var latestVersion: Int64 { migrations.last?.version ?? 0 }
     /// The migration that adds storage quotas, for the test that replays it on a populated database.
-    static let storageUsageVersion: Int64 = 4
+    static let storageUsageVersion: Int64 = 5
 
     static let createMigrationTable = """
         CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -121,6 +121,17 @@ enum SQLiteSchema {
         Migration(version: 3, statements: [
             "ALTER TABLE events ADD COLUMN document_encoding INTEGER NOT NULL DEFAULT 0 CHECK (document_encoding IN (0, 1))",
             "ALTER TABLE idempotency ADD COLUMN response_encoding INTEGER NOT NULL DEFAULT 0 CHECK (response_encoding IN (0, 1))",
+        ]),
+        // Device keys are kept and evicted by the time a request first proved them, not by keyid
+        // (an attacker picks keyids); a key stored before knew only its visitor's first_seen. Each
+        // organization gets a secret its stored identifiers are keyed with, made at first use.
+        Migration(version: 4, statements: [
+            "ALTER TABLE visitor_device_keys ADD COLUMN first_proven_at INTEGER NOT NULL DEFAULT 0",
+            """
+            UPDATE visitor_device_keys SET first_proven_at = COALESCE(
+                (SELECT first_seen FROM visitors WHERE visitors.id = visitor_device_keys.visitor_id), 0)
+            """,
+            "ALTER TABLE organizations ADD COLUMN identifier_secret BLOB",
         ]),
         // Storage quotas: the bytes of event documents each organization keeps, added as events
         // are stored and taken off as they expire, so admission reads a few rows instead of

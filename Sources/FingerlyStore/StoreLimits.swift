@@ -38,7 +38,8 @@ struct VisitorRowChanges {
     let removedComponents: Set<ComponentRecord>
     let addedComponents: Set<ComponentRecord>
     let removedKeys: Set<String>
-    let addedKeys: Set<String>
+    /// Oldest-proven first, as the visitor holds them.
+    let addedKeys: [DeviceKeyRecord]
 
     /// Refuses a visitor past the bounds before anything is written.
     static func check(_ visitor: VisitorRecord) throws(StoreError) {
@@ -57,10 +58,12 @@ struct VisitorRowChanges {
     }
 
     init(_ visitor: VisitorRecord, storedComponents: Set<ComponentRecord>, storedKeys: Set<String>) {
-        let wanted = Set(visitor.components), wantedKeys = Set(visitor.deviceKeys)
+        // A key's first-proven time never changes once stored: keys differ by their id alone.
+        let wanted = Set(visitor.components), wantedKeys = Set(visitor.deviceKeys.map(\.keyId))
         removedComponents = storedComponents.subtracting(wanted)
         addedComponents = wanted.subtracting(storedComponents)
         removedKeys = storedKeys.subtracting(wantedKeys)
-        addedKeys = wantedKeys.subtracting(storedKeys)
+        var seen = storedKeys
+        addedKeys = visitor.deviceKeys.filter { seen.insert($0.keyId).inserted }
     }
 }

@@ -20,7 +20,8 @@ enum EngineFixtures {
          (.hardware, "nic", nic, true), (.hardware, "cpu-model", "Intel Core i7-1185G7", true), (.hardware, "dmi-model", model, true)]
     }
 
-    static func report(_ raw: [Raw], tag: String? = nil, signals: [String: SignalValue] = [:], schemaVersion: Int = 2) -> SignalReport {
+    static func report(_ raw: [Raw], tag: String? = nil, signals: [String: SignalValue] = [:], schemaVersion: Int = 2,
+                       organization: String = organization) -> SignalReport {
         let hasher = IdentifierHasher(organization: organization)
         let components = raw.map { IdentityComponent(scope: $0.scope, name: $0.name, hash: hasher.hash($0.value), worldReadable: $0.worldReadable) }
         let probe = ProbeEntry(id: "machine-identity", tier: .fast, status: .ok, durationMs: 1, issues: [], signals: signals,
@@ -39,11 +40,12 @@ enum EngineFixtures {
     static func visitor(_ id: String, _ report: SignalReport, lastSeen: Int64 = now, deviceKeys: [String] = []) -> VisitorRecord {
         let observed = ObservedIdentity(report: report)
         return VisitorRecord(id: id, organization: organization, instanceId: observed.instanceId, hardwareId: observed.hardwareId,
-                             firstSeen: lastSeen, lastSeen: lastSeen, components: observed.components, deviceKeys: deviceKeys)
+                             firstSeen: lastSeen, lastSeen: lastSeen, components: observed.components,
+                             deviceKeys: deviceKeys.map { DeviceKeyRecord(keyId: $0, firstProvenAt: lastSeen) })
     }
 
     /// The request body of docs/api.md's worked example (a QEMU guest with one model component).
-    static let documentedBody = Array(#"{"client":{"proxy":false,"sdk":"fingerly-linux","version":"0.1.0"},"report":{"budgetMs":1200,"collectedAt":"2026-01-01T00:00:00Z","collectorVersion":"0.1.0","elapsedMs":2.46,"freeText":"fingerprint","identifierKeying":"organization","identity":{"hardwareComponents":["dmi-model:8a080bc33a77"],"hardwareId":"27d1a35ddad652b636318b7034d09cf0d26873d60fc51629e4fa0ceaa3a64965","hardwareIdVersion":1,"instanceComponents":[],"instanceIdVersion":1,"rootOnlyEvidence":[]},"probes":[{"durationMs":1.932,"id":"dmi","identityComponents":[{"hash":"8a080bc33a7773cf917608c4be2dc0061488abcb2c1b7bc210e7c1e9d996fa5f","name":"dmi-model","scope":"hardware","worldReadable":true}],"issues":[{"detail":"No such file or directory","path":"/sys/class/dmi/id/board_vendor","status":"absent"}],"signals":{"dmi.bios_vendor":"Bochs","dmi.bios_version":"Bochs","dmi.chassis_kind":"other","dmi.chassis_type":1,"dmi.product_name":"Bochs","dmi.sys_vendor":"Bochs","dmi.virtualization_kind":"qemu"},"status":"ok","tier":"fast"}],"root":"/","schemaVersion":2,"tag":"checkout","tiers":["fast"]}}"#.utf8)
+    static let documentedBody = Array(#"{"client":{"proxy":false,"sdk":"fingerly-linux","version":"0.1.0"},"report":{"budgetMs":1200,"collectedAt":"2026-01-01T00:00:00Z","collectorVersion":"0.1.0","elapsedMs":2.46,"freeText":"fingerprint","identifierKeying":"organization","identity":{"hardwareComponents":["dmi-model:8a080bc33a77"],"hardwareId":"3c9db2705a08f48100051e4601c6412fc9f52acffefc3efcd13d72e9d2b10521","hardwareIdVersion":1,"instanceComponents":[],"instanceIdVersion":1,"rootOnlyEvidence":[]},"probes":[{"durationMs":1.932,"id":"dmi","identityComponents":[{"hash":"8a080bc33a7773cf917608c4be2dc0061488abcb2c1b7bc210e7c1e9d996fa5f","name":"dmi-model","scope":"hardware","worldReadable":true}],"issues":[{"detail":"No such file or directory","path":"/sys/class/dmi/id/board_vendor","status":"absent"}],"signals":{"dmi.bios_vendor":"Bochs","dmi.bios_version":"Bochs","dmi.chassis_kind":"other","dmi.chassis_type":1,"dmi.product_name":"Bochs","dmi.sys_vendor":"Bochs","dmi.virtualization_kind":"qemu"},"status":"ok","tier":"fast"}],"root":"/","schemaVersion":2,"tag":"checkout","tiers":["fast"]}}"#.utf8)
 }
 
 /// An engine over a fresh SQLite store in its own directory.
@@ -173,14 +175,29 @@ extension EngineAnswer {
         let stored = F.visitor("vis_a", F.report(F.host()), lastSeen: 10, deviceKeys: ["k1"])
         // A run without root: no dmi-uuid, a new disk.
         let observed = ObservedIdentity(report: F.report(F.host(disk: "disk-2").filter { $0.name != "dmi-uuid" }))
-        let next = updatedVisitor(stored, with: observed, verifiedKeyID: "k2", now: 20)
+        let next = updatedVisitor(stored, with: observed, provenKeyID: "k2", now: 20)
         let hasher = IdentifierHasher(organization: F.organization)
         #expect(next.components.contains { $0.name == "dmi-uuid" && $0.hash == hasher.hash("uuid-1") })
         #expect(next.components.filter { $0.name == "disk" }.map(\.hash) == [hasher.hash("disk-2")])
-        #expect(next.lastSeen == 20 && next.firstSeen == 10 && next.deviceKeys == ["k1", "k2"])
-        #expect(deviceKeyFinding(visitor: stored, verifiedKeyID: "k2") == .deviceKeyChanged)
-        #expect(deviceKeyFinding(visitor: stored, verifiedKeyID: "k1") == nil)
-        #expect(deviceKeyFinding(visitor: nil, verifiedKeyID: "k2") == nil)
+        #expect(next.lastSeen == 20 && next.firstSeen == 10)
+        #expect(next.deviceKeys == [DeviceKeyRecord(keyId: "k1", firstProvenAt: 10), DeviceKeyRecord(keyId: "k2", firstProvenAt: 20)])
+        // A key proven again keeps its first-proven time; none proven changes no key.
+        #expect(updatedVisitor(next, with: observed, provenKeyID: "k1", now: 30).deviceKeys == next.deviceKeys)
+        #expect(updatedVisitor(next, with: observed, provenKeyID: nil, now: 30).deviceKeys == next.deviceKeys)
+    }
+
+    @Test func keysAreEvictedOldestProvenFirstNeverByKeyId() {
+        // The oldest-proven key has the highest id: by id it would be kept, by age it goes first.
+        let keys = (0..<8).map { DeviceKeyRecord(keyId: "k\(9 - $0)", firstProvenAt: 100 + Int64($0)) }
+        var stored = F.visitor("vis_a", F.report(F.host()))
+        stored.deviceKeys = keys
+        let observed = ObservedIdentity(report: F.report(F.host()))
+        let next = updatedVisitor(stored, with: observed, provenKeyID: "k0", now: 200)
+        #expect(next.deviceKeys.map(\.keyId) == ["k8", "k7", "k6", "k5", "k4", "k3", "k2", "k0"])
+        // Proven within the second of the newest key, a key is still the newest.
+        let sameSecond = updatedVisitor(next, with: observed, provenKeyID: "a", now: 200)
+        #expect(sameSecond.deviceKeys.last == DeviceKeyRecord(keyId: "a", firstProvenAt: 201))
+        #expect(!sameSecond.deviceKeys.contains { $0.keyId == "k8" })
     }
 
     @Test func findingsScoreLikeVerdictsAndAGroupNeverExceedsItsWeight() throws {
@@ -188,13 +205,13 @@ extension EngineAnswer {
         let farmWeight = try #require(scoring.weights[.farm])
         let quiet = SuspectScoring.Assessment(score: 3, level: .low,
                                               triggers: [IdentifyTrigger(signal: "x", group: "virtualization", weight: 3, confidence: .medium)])
-        let scored = addingFindings([.duplicatedMachineIdentity, .deviceKeyChanged], to: quiet, scoring: scoring)
-        // high: the whole farm weight; the device key then finds the group full.
-        #expect(scored.triggers.map(\.signal) == ["x", "duplicated_machine_identity", "device_key_changed"])
+        let scored = addingFindings([.identityClaimedWithoutKey, .duplicatedMachineIdentity], to: quiet, scoring: scoring)
+        // high: the whole farm weight; the duplicated identity then finds the group full.
+        #expect(scored.triggers.map(\.signal) == ["x", "identity_claimed_without_key", "duplicated_machine_identity"])
         #expect(scored.triggers.map(\.weight) == [3, farmWeight, 0])
         #expect(scored.score == 3 + farmWeight)
-        let keyOnly = addingFindings([.deviceKeyChanged], to: quiet, scoring: scoring)
-        #expect(keyOnly.triggers.last?.weight == Int((Double(farmWeight) * 0.25).rounded()) && keyOnly.triggers.last?.confidence == .low)
+        let claimOnly = addingFindings([.identityClaimedWithoutKey], to: quiet, scoring: scoring)
+        #expect(claimOnly.triggers.last?.weight == farmWeight && claimOnly.triggers.last?.confidence == .high)
         // The policy's levels, and the cap at 100.
         let loud = SuspectScoring.Assessment(score: 95, level: .high, triggers: [])
         let capped = addingFindings([.duplicatedMachineIdentity], to: loud, scoring: scoring)
@@ -263,7 +280,8 @@ extension EngineAnswer {
         #expect(try under.identify(try F.body(F.report(F.host())), key: "k").identifyAnswer().requestId == first.requestId)
         #expect(try under.eventCount() == 1)
         // Keys are per organization: another one may use the same key for its own body.
-        #expect(try under.identify(try F.body(F.report(F.host(), tag: "other")), key: "k", organization: "globex").identifyAnswer().visitorIsNew)
+        #expect(try under.identify(try F.body(F.report(F.host(), tag: "other", organization: "globex")), key: "k",
+                                   organization: "globex").identifyAnswer().visitorIsNew)
     }
 
     /// Identifiers become indexed text in either backend: a NUL (valid JSON, refused by
@@ -368,7 +386,8 @@ extension EngineAnswer {
 
     @Test func theServerJudgesTheReportWithThePolicy() throws {
         let under = try EngineUnderTest("judged")
-        let answer = try under.identify(F.documentedBody).identifyAnswer()
+        // The example's key is acme42's, which derived its hardwareId.
+        let answer = try under.identify(F.documentedBody, organization: "acme42").identifyAnswer()
         // docs/api.md's example answer for this body.
         #expect(answer.verdicts?.virtualization.value == true && answer.verdicts?.virtualization.kind == "qemu")
         #expect(answer.triggers == [IdentifyTrigger(signal: "dmi_vendor_names_hypervisor", group: "virtualization", weight: 3, confidence: .medium)])
@@ -395,11 +414,15 @@ extension EngineAnswer {
         #expect(event.receivedAt == Date(timeIntervalSince1970: Double(F.now)) && event.tag == "checkout")
         #expect(event.signature == StoredEvent.Signature(verified: true, keyId: "ab12"))
         #expect(event.suspectScore == answer.suspectScore && event.triggers == answer.triggers ?? [])
-        #expect(event.report == F.report(F.host(), tag: "checkout"))
+        let secret = try #require(try under.store.transaction { (tx) throws(StoreError) -> [UInt8]? in
+            try tx.identifierSecret(organization: F.organization, candidate: [1])
+        })
+        let judged = StoredIdentifierKeys(secret: secret).rekeyed(F.report(F.host(), tag: "checkout"))
+        #expect(event.report == judged)
         let document = String(decoding: read.body, as: UTF8.self)
         #expect(!document.contains("futureMember") && !document.contains("extra"))
-        // The canonical encoding of what was judged, the last member of the event.
-        let canonical = String(decoding: try JSONEncoder.fingerly.encode(F.report(F.host(), tag: "checkout")), as: UTF8.self)
+        // The canonical encoding of what was judged, re-keyed, the last member of the event.
+        let canonical = String(decoding: try JSONEncoder.fingerly.encode(judged), as: UTF8.self)
         #expect(document.hasSuffix(#""report":"# + canonical + "}"))
         // Nulls are written out.
         let unsigned = try under.identify(try F.body(F.report(F.host()))).identifyAnswer()
@@ -418,30 +441,154 @@ extension EngineAnswer {
         let under = try EngineUnderTest("orgs")
         let body = try F.body(F.report(F.host()))
         let a = try under.identify(body, organization: "acme").identifyAnswer()
-        let b = try under.identify(body, organization: "globex").identifyAnswer()
+        let b = try under.identify(try F.body(F.report(F.host(), organization: "globex")), organization: "globex").identifyAnswer()
         #expect(a.visitorIsNew && b.visitorIsNew && a.visitorId != b.visitorId)
         #expect(try under.engine.visitors(organization: "acme", limit: 10).map(\.visitorId) == [a.visitorId])
         #expect(try under.eventCount("globex") == 1)
     }
 
-    @Test func aKnownVisitorWithAnotherVerifiedDeviceKeyRaisesATrigger() throws {
+    @Test func aVisitorBoundToAKeyIsNeverJoinedWithoutIt() throws {
         let under = try EngineUnderTest("devicekey")
         let body = try F.body(F.report(F.host()))
         let farmWeight = try #require(Policy.embedded().suspect?.weights[.farm])
         let first = try under.identify(body, deviceKey: "key-a", verified: true).identifyAnswer()
         #expect(first.triggers?.isEmpty == true)
         #expect(try under.identify(body, deviceKey: "key-a", verified: true).identifyAnswer().triggers?.isEmpty == true)
-        // An unverified keyid is whatever the sender wrote: no trigger, not remembered.
-        #expect(try under.identify(body, deviceKey: "key-x", verified: false).identifyAnswer().triggers?.isEmpty == true)
-        let changed = try under.identify(body, deviceKey: "key-b", verified: true).identifyAnswer()
-        #expect(changed.visitorId == first.visitorId)
-        let trigger = IdentifyTrigger(signal: "device_key_changed", group: "farm", weight: Int((Double(farmWeight) * 0.25).rounded()),
-                                      confidence: .low)
-        #expect(changed.triggers == [trigger] && changed.suspectScore == trigger.weight)
-        // Known now.
-        #expect(try under.identify(body, deviceKey: "key-b", verified: true).identifyAnswer().triggers?.isEmpty == true)
+        let claim = IdentifyTrigger(signal: "identity_claimed_without_key", group: "farm", weight: farmWeight, confidence: .high)
+        // Unsigned, an unverified keyid (whatever the sender wrote) or a new verified key: each a
+        // visitor of its own, not remembered, with the claim; the bound visitor is untouched.
+        var claimants: Set<String> = []
+        for (key, verified) in [(nil, false), ("key-a", false), ("key-b", true), ("key-b", true)] as [(String?, Bool)] {
+            let answer = try under.identify(body, deviceKey: key, verified: verified).identifyAnswer()
+            #expect(answer.visitorId != first.visitorId && answer.visitorIsNew)
+            #expect(answer.triggers == [claim] && answer.suspectScore == farmWeight && answer.visitorConfidence == 20)
+            claimants.insert(answer.visitorId)
+        }
+        #expect(claimants.count == 4)
         let stored = try under.store.transaction { (tx) throws(StoreError) -> VisitorRecord? in try tx.visitor(id: first.visitorId, organization: F.organization) }
-        #expect(Set(stored?.deviceKeys ?? []) == ["key-a", "key-b"])
+        #expect(stored?.deviceKeys.map(\.keyId) == ["key-a"])
+        #expect(try under.engine.visitors(organization: F.organization, limit: 10).map(\.visitorId) == [first.visitorId])
+        let again = try under.identify(body, deviceKey: "key-a", verified: true).identifyAnswer()
+        #expect(again.visitorId == first.visitorId && again.triggers?.isEmpty == true)
+        // A rotation statement the caller verified (key-a vouching for key-c) lets key-c join and binds it.
+        let rotated = try under.engine.identify(organization: F.organization, idempotencyKey: "rotation", body: body, deviceKeyID: "key-c",
+                                                signatureVerified: true, rotatedFrom: "key-a", now: F.now + 1).identifyAnswer()
+        #expect(rotated.visitorId == first.visitorId && rotated.triggers?.isEmpty == true)
+        #expect(try under.identify(body, deviceKey: "key-c", verified: true).identifyAnswer().visitorId == first.visitorId)
+        // Rotating from a key the visitor never had proves nothing.
+        let forged = try under.engine.identify(organization: F.organization, idempotencyKey: "forged", body: body, deviceKeyID: "key-d",
+                                               signatureVerified: true, rotatedFrom: "key-z", now: F.now + 2).identifyAnswer()
+        #expect(forged.visitorId != first.visitorId && forged.triggers == [claim])
+        let keys = try under.store.transaction { (tx) throws(StoreError) -> VisitorRecord? in try tx.visitor(id: first.visitorId, organization: F.organization) }
+        #expect(keys?.deviceKeys == [DeviceKeyRecord(keyId: "key-a", firstProvenAt: F.now), DeviceKeyRecord(keyId: "key-c", firstProvenAt: F.now + 1)])
+    }
+
+    @Test func aVisitorFirstSeenUnsignedIsNeverBound() throws {
+        let under = try EngineUnderTest("unbound")
+        let body = try F.body(F.report(F.host()))
+        let first = try under.identify(body).identifyAnswer()
+        let signed = try under.identify(body, deviceKey: "key-a", verified: true).identifyAnswer()
+        #expect(signed.visitorId == first.visitorId && signed.triggers?.isEmpty == true)
+        #expect(try under.identify(body).identifyAnswer().visitorId == first.visitorId)
+        let stored = try under.store.transaction { (tx) throws(StoreError) -> VisitorRecord? in try tx.visitor(id: first.visitorId, organization: F.organization) }
+        #expect(stored?.deviceKeys.isEmpty == true)
+    }
+
+    @Test func identifiersThatDoNotDeriveFromTheComponentsAre400() throws {
+        let under = try EngineUnderTest("derivation")
+        let victim = F.report(F.host())
+        let own = F.report(F.host(machineId: "machine-9", uuid: "uuid-9", disk: "disk-9", nic: "nic-9"))
+        func forged(instanceId: String?, hardwareId: String?) -> SignalReport {
+            let identity = HostIdentity(hardwareId: hardwareId, hardwareIdVersion: 1, instanceId: instanceId, instanceIdVersion: 1,
+                                        hardwareComponents: own.identity.hardwareComponents, instanceComponents: own.identity.instanceComponents,
+                                        rootOnlyEvidence: own.identity.rootOnlyEvidence)
+            return SignalReport(schemaVersion: 2, collectorVersion: "0.1.0", collectedAt: own.collectedAt, root: "/", tiers: [.fast],
+                                budgetMs: 1200, elapsedMs: 1, probes: own.probes, identity: identity, identifierKeying: .organization)
+        }
+        for (report, field) in [(forged(instanceId: victim.identity.instanceId, hardwareId: own.identity.hardwareId), "instanceId"),
+                                (forged(instanceId: own.identity.instanceId, hardwareId: victim.identity.hardwareId), "hardwareId"),
+                                (forged(instanceId: nil, hardwareId: own.identity.hardwareId), "instanceId")] {
+            let answer = under.identify(try F.body(report))
+            #expect(answer.status == 400 && answer.code == "identity_mismatch")
+            #expect(try answer.wireError().error.message.contains("report.identity.\(field)"))
+        }
+        // Another organization's keying derives other ids: a report made for acme is refused by globex.
+        #expect(under.identify(try F.body(own), organization: "globex").code == "identity_mismatch")
+        #expect(try under.eventCount() == 0)
+        #expect(try under.identify(try F.body(own)).identifyAnswer().visitorIsNew)
+    }
+
+    @Test func storedIdentifiersAreHMACSHA256UnderTheSecret() {
+        // RFC 2104 over "fingerly-stored-identifier-v1\nabc" (Python's hmac module gives the same).
+        #expect(StoredIdentifierKeys(secret: Array(repeating: 7, count: 32)).rekey("abc")
+                == "853252c9b04de71516a1e9d27f4821a92860d0c2eaef3b25cbcad54bf149efb3")
+    }
+
+    @Test func theReportTextIsReKeyedInPlaceOnlyWhenThatIsExactlyTheReKeyedReport() throws {
+        let keys = StoredIdentifierKeys(secret: Array(repeating: 7, count: 32))
+        let hasher = IdentifierHasher(organization: F.organization)
+        let report = F.report(F.host(), signals: ["machine.machine_id": .string(hasher.hash("machine-1"))])
+        let text = try JSONEncoder.fingerly.encode(report)
+        let replaced = try #require(keys.rekeyed(reportText: Array(text)[...], of: report))
+        #expect(try JSONDecoder.fingerly.decode(SignalReport.self, from: Data(replaced)) == keys.rekeyed(report))
+        // An escape could hide a value; a value where the report does not have it (here the tag)
+        // would be replaced where rekeyed(_:) keeps it: the caller encodes instead.
+        let escaped = String(decoding: text, as: UTF8.self).replacingOccurrences(of: #""root":"/""#, with: #""root":"\/""#)
+        #expect(keys.rekeyed(reportText: Array(escaped.utf8)[...], of: report) == nil)
+        let tagged = F.report(F.host(), tag: report.identity.instanceId)
+        #expect(keys.rekeyed(reportText: Array(try JSONEncoder.fingerly.encode(tagged))[...], of: tagged) == nil)
+        // Through the engine either way, the event holds the re-keyed report.
+        let under = try EngineUnderTest("rekeyed-text")
+        let secret = try #require(try under.store.transaction { (tx) throws(StoreError) -> [UInt8]? in
+            _ = try tx.ensureOrganization(named: F.organization, now: 1)
+            return try tx.identifierSecret(organization: F.organization, candidate: [1])
+        })
+        let body = String(decoding: try F.body(tagged), as: UTF8.self).replacingOccurrences(of: #""root":"/""#, with: #""root":"\/""#)
+        let answer = try under.identify(Array(body.utf8)).identifyAnswer()
+        let event = try JSONDecoder.fingerly.decode(StoredEvent.self, from: Data(under.engine.event(requestId: answer.requestId,
+                                                                                                   organization: F.organization).body))
+        #expect(event.report == StoredIdentifierKeys(secret: secret).rekeyed(tagged))
+    }
+
+    @Test func storedIdentifiersAndTheEventAreKeyedWithTheOrganizationsSecret() throws {
+        let under = try EngineUnderTest("rekeyed")
+        let report = F.report(F.host())
+        let answer = try under.identify(try F.body(report), deviceKey: "key-a", verified: true).identifyAnswer()
+        let secret = try #require(try under.store.transaction { (tx) throws(StoreError) -> [UInt8]? in
+            try tx.identifierSecret(organization: F.organization, candidate: [1])
+        })
+        #expect(secret.count == 32 && secret != [1])
+        let keys = StoredIdentifierKeys(secret: secret)
+        let clientValues = Set([report.identity.instanceId, report.identity.hardwareId].compactMap { $0 }
+            + report.probes.flatMap(\.identityComponents).map(\.hash))
+        let visitor = try #require(try under.store.transaction { (tx) throws(StoreError) -> VisitorRecord? in
+            try tx.visitor(id: answer.visitorId, organization: F.organization)
+        })
+        #expect(visitor.instanceId == report.identity.instanceId.map(keys.rekey))
+        #expect(visitor.hardwareId == report.identity.hardwareId.map(keys.rekey))
+        #expect(!visitor.components.isEmpty && visitor.components.allSatisfy { !clientValues.contains($0.hash) })
+        let eventBytes = under.engine.event(requestId: answer.requestId, organization: F.organization).body
+        let event = try JSONDecoder.fingerly.decode(StoredEvent.self, from: Data(eventBytes))
+        #expect(event.report == keys.rekeyed(report))
+        // An identifier hash a probe also wrote as a signal is re-keyed there too, consistently.
+        let withSignal = F.report(F.host(), signals: ["machine.machine_id": .string(IdentifierHasher(organization: F.organization).hash("machine-1")),
+                                                      "os.id": .string("debian")])
+        let rekeyedSignals = keys.rekeyed(withSignal).probes[0].signals
+        #expect(rekeyedSignals["machine.machine_id"] == .string(keys.rekey(IdentifierHasher(organization: F.organization).hash("machine-1"))))
+        #expect(rekeyedSignals["os.id"] == .string("debian"))
+        let text = String(decoding: eventBytes, as: UTF8.self)
+        for value in clientValues { #expect(!text.contains(value)) }
+        for part in report.identity.hardwareComponents + report.identity.instanceComponents {
+            #expect(!text.contains(part), "\(part)")
+        }
+        // The stored values sent back as a claim are refused: they derive nothing.
+        #expect(under.identify(try F.body(event.report)).code == "identity_mismatch")
+        // Another organization has its own secret.
+        _ = try under.identify(try F.body(F.report(F.host(), organization: "globex")), organization: "globex").identifyAnswer()
+        let other = try under.store.transaction { (tx) throws(StoreError) -> [UInt8]? in
+            try tx.identifierSecret(organization: "globex", candidate: [1])
+        }
+        #expect(other != nil && other != secret)
     }
 
     @Test func concurrentAttemptsStoreOneEventAndOneVisitor() throws {

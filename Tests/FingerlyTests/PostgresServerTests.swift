@@ -9,7 +9,8 @@ import Testing
 /// Skipped where the Debian postgresql package is missing (PostgresCluster.unavailableReason); CI installs it.
 @Suite(.serialized, .enabled(if: PostgresCluster.isAvailable, "PostgreSQL's server binaries are not installed"))
 struct PostgresServerTests {
-    private static let limits = ["--rate-limit", "1000000", "--threads", "4"]
+    /// Unsigned: these tests are about the store, not about signatures.
+    private static let limits = ["--rate-limit", "1000000", "--threads", "4", "--allow-unsigned"]
 
     /// A fresh database on `cluster` with keys for acme and other.
     private static func database(on cluster: PostgresCluster) throws
@@ -272,6 +273,36 @@ struct PostgresStoreTests {
         let refused = try runServerCLI(["migrate", "--db", url])
         #expect(refused.status == 69)
         #expect(refused.standardError.contains("newer than this build"))
+    }
+
+    /// Migration 4 on a database of version 3 with a bound visitor, as in SQLite: each key is
+    /// proven at its visitor's first_seen.
+    @Test func deviceKeysOfAVersion3DatabaseAreProvenAtTheirVisitorsFirstSeen() throws {
+        let cluster = try PostgresCluster.shared()
+        let name = try cluster.createDatabase()
+        defer { cluster.dropDatabase(name) }
+        let url = cluster.url(database: name)
+        do {
+            let connection = try PostgresConnection(conninfo: url, connectTimeoutSeconds: 5)
+            defer { connection.close() }
+            try connection.execute(PostgresSchema.createMigrationTable, [])
+            for migration in PostgresSchema.migrations where migration.version <= 3 {
+                for statement in migration.statements { try connection.execute(statement, []) }
+                try connection.execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)", [.integer(migration.version)])
+            }
+            try connection.execute("INSERT INTO organizations (name, suspended, created_at) VALUES ('acme', FALSE, 1)", [])
+            try connection.execute("""
+                INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) VALUES ('v1', 'acme', 'i', 'h', 50, 90)
+                """, [])
+            for key in ["zz", "aa"] {
+                try connection.execute("INSERT INTO visitor_device_keys (visitor_id, key_id) VALUES ('v1', $1)", [.text(key)])
+            }
+        }
+        let store = try PostgresStore(url: url)
+        defer { store.close() }
+        #expect(try store.schemaVersion() == PostgresSchema.latestVersion)
+        let visitor = try store.transaction { tx throws(StoreError) in try tx.visitor(id: "v1", organization: "acme") }
+        #expect(visitor?.deviceKeys == [DeviceKeyRecord(keyId: "aa", firstProvenAt: 50), DeviceKeyRecord(keyId: "zz", firstProvenAt: 50)])
     }
 
     @Test func aLostConnectionIsTransientAndTheStoreReconnects() throws {

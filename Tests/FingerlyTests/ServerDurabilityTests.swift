@@ -97,7 +97,7 @@ struct ServerDurabilityTests {
         let (publicKey, secretKey) = try addedKeys(added)
         let body = ServerTests.reportBody
         try #require(body.count > 100, "no request body from fingerly-identify --request-only")
-        let limits = ["--rate-limit", "1000000", "--threads", "4"]
+        let limits = ["--rate-limit", "1000000", "--threads", "4", "--allow-unsigned"]
         let first = try ServerProcess(database: database, arguments: limits)
         let key: @Sendable (Int) -> String = { index in "durable-\(seed)-\(index)" }
 
@@ -254,7 +254,8 @@ struct ServerDurabilityTests {
         try #require(body.count > 100, "no request body from fingerly-identify --request-only")
         let connectionTimeout = 2
         let server = try ServerProcess(database: database, arguments: [
-            "--rate-limit", "1000000", "--threads", "4", "--connection-timeout", String(connectionTimeout), "--body-limit", "65536"])
+            "--rate-limit", "1000000", "--threads", "4", "--connection-timeout", String(connectionTimeout), "--body-limit", "65536",
+            "--allow-unsigned"])
         let total = 10_000, workers = 6
         // Each worker draws from its own generator, so a seed replays the same requests.
         let next = Guarded(0)

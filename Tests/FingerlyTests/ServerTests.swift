@@ -92,6 +92,9 @@ final class ServerHarness: @unchecked Sendable {
         var configuration = ServerConfiguration(database: database)
         configuration.listen = ListenAddress.parse("127.0.0.1:0")!
         configuration.threads = 2
+        // Most tests here are about something else than signatures and send unsigned requests;
+        // those about signatures set it back.
+        configuration.allowUnsigned = true
         configure(&configuration)
         let log = self.log
         let engine = IdentityEngine(store: store, policy: .embedded())
@@ -308,7 +311,7 @@ struct ServerTests {
         #expect(metrics.contains(#"fingerly_identify_signatures_total{outcome="stale"} 2"#))
         #expect(metrics.contains(#"fingerly_identify_signatures_total{outcome="unsigned"} 1"#))
 
-        let strict = try ServerHarness(clock: { now }) { $0.requireSignatures = true }
+        let strict = try ServerHarness(clock: { now }) { $0.allowUnsigned = false }
         let (strictKey, _) = try strict.keys()
         let refused = try strict.client.request("POST", "/v1/identify", headers: strict.identifyHeaders(strictKey), body: Self.body)
         #expect(refused.status == 401)
@@ -370,11 +373,11 @@ struct ServerTests {
 
     @Test func configurationFileAndFlags() throws {
         var configuration = ServerConfiguration(database: "/x")
-        let keys = try configuration.apply(file: "# comment\n\nlisten = [::1]:9000\nbody-limit=2048\r\nrequire-signatures = true\n", name: "c")
-        #expect(keys == ["listen", "body-limit", "require-signatures"])
+        let keys = try configuration.apply(file: "# comment\n\nlisten = [::1]:9000\nbody-limit=2048\r\nallow-unsigned = true\n", name: "c")
+        #expect(keys == ["listen", "body-limit", "allow-unsigned"])
         #expect(configuration.listen.description == "[::1]:9000")
         #expect(configuration.bodyLimit == 2048)
-        #expect(configuration.requireSignatures)
+        #expect(configuration.allowUnsigned)
         for (text, problem) in [("threads = 0", "c:1: threads must be an integer in 1...256"),
                                 ("\nlisten = localhost:80", "c:2: listen must be IPV4:PORT or [IPV6]:PORT with a literal address"),
                                 ("rate-limit = 5\nrate-limit = 6", "c:2: 'rate-limit' is set twice"),
@@ -388,12 +391,22 @@ struct ServerTests {
         let directory = try TestPaths.temporaryDirectory("server-config")
         let file = directory + "/server.conf"
         try "listen = 127.0.0.1:9001\nrate-limit = 7\ndatabase = /from/file\n".write(toFile: file, atomically: true, encoding: .utf8)
-        let merged = try FingerlyServerCommand.configuration(["--config", file, "--rate-limit", "9", "--require-signatures"],
+        let merged = try FingerlyServerCommand.configuration(["--config", file, "--rate-limit", "9", "--allow-unsigned"],
                                                              environment: ["STATE_DIRECTORY": "/var/lib/s"])
         #expect(merged.rateLimit == 9)
         #expect(merged.listen.port == 9001)
         #expect(merged.database == "/from/file")
-        #expect(merged.requireSignatures)
+        #expect(merged.allowUnsigned)
+        // Signatures are required unless allowed otherwise; the old setting says what replaced it.
+        #expect(try !FingerlyServerCommand.configuration([], environment: [:]).allowUnsigned)
+        #expect(try !FingerlyServerCommand.configuration(["--allow-unsigned", "false"], environment: [:]).allowUnsigned)
+        for arguments in [["--require-signatures"], ["--require-signatures", "false"]] {
+            #expect(throws: ConfigurationError("--require-signatures: require-signatures is gone: signatures are required by default, "
+                + "and allow-unsigned accepts unsigned requests")) { _ = try FingerlyServerCommand.configuration(arguments, environment: [:]) }
+        }
+        var old = ServerConfiguration(database: "/x")
+        #expect(throws: ConfigurationError("c:1: require-signatures is gone: signatures are required by default, and allow-unsigned "
+            + "accepts unsigned requests")) { _ = try old.apply(file: "require-signatures = true", name: "c") }
         #expect(try FingerlyServerCommand.configuration([], environment: ["STATE_DIRECTORY": "/var/lib/s"]).database
                 == "/var/lib/s/fingerly-server.sqlite")
         #expect(throws: ConfigurationError("unknown option --port")) { _ = try FingerlyServerCommand.configuration(["--port", "1"], environment: [:]) }
@@ -534,7 +547,7 @@ struct ServerProcessTests {
         #expect(listed.standardOutput.contains("\tactive\t"))
         #expect(!listed.standardOutput.contains("fly_sk_"))
 
-        let server = try ServerProcess(database: database)
+        let server = try ServerProcess(database: database, arguments: ["--allow-unsigned"])
         let headers = [("Authorization", "Bearer \(publicKey)"), ("Idempotency-Key", "\"k1\"")]
         #expect(try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.body).status != 401)
 
@@ -635,7 +648,8 @@ struct ServerEndToEndTests {
         let database = directory + "/db.sqlite"
         let (publicKey, secretKey) = try addedKeys(try runServerCLI(["keys", "add", "--org", "acme", "--region", "eu", "--db", database]))
         let (otherPublic, otherSecret) = try addedKeys(try runServerCLI(["keys", "add", "--org", "other", "--db", database]))
-        let server = try ServerProcess(database: database)
+        // The raw requests below, about idempotency, are unsigned; the client signs.
+        let server = try ServerProcess(database: database, arguments: ["--allow-unsigned"])
         let endpoint = "http://127.0.0.1:\(server.port)"
 
         func identify(_ key: String, state: String) throws -> IdentifyResult {

@@ -396,4 +396,24 @@ import Testing
         }
         return bytes
     }
+
+    @Test func aRotationStatementProvesTheOldKeyForTheNewOneOnly() throws {
+        let old = try DeviceKey.ephemeral(), new = try DeviceKey.ephemeral(), other = try DeviceKey.ephemeral()
+        let field = try KeyRotation.field(rotatingTo: new, from: old)
+        #expect(KeyRotation.verify(field, newKeyID: new.keyID) == old.keyID)
+        #expect(KeyRotation.verify("  " + field + "\t", newKeyID: new.keyID) == old.keyID)
+        // For another key, by itself, truncated, re-encoded or padded past the bound: nothing.
+        #expect(KeyRotation.verify(field, newKeyID: other.keyID) == nil)
+        #expect(KeyRotation.verify(try KeyRotation.field(rotatingTo: old, from: old), newKeyID: old.keyID) == nil)
+        #expect(KeyRotation.verify(String(field.dropLast(2)) + ":", newKeyID: new.keyID) == nil)
+        #expect(KeyRotation.verify(field.replacingOccurrences(of: ";sig=", with: ";sig= "), newKeyID: new.keyID) == nil)
+        #expect(KeyRotation.verify(field + String(repeating: " ", count: 600), newKeyID: new.keyID) == nil)
+        for junk in ["", ":", "::", ":;sig=::", ":AAAA:;sig=:AAAA:", "x" + field] {
+            #expect(KeyRotation.verify(junk, newKeyID: new.keyID) == nil, "\(junk)")
+        }
+        // A request signature cannot pass for a statement: the statement is domain-separated.
+        let request = try MessageSignature.sign(method: "POST", path: "/v1/identify", body: [], idempotencyKey: "\"k\"", created: 1, with: old)
+        let requestSignature = request.signature.dropFirst("fingerly=:".count).dropLast()
+        #expect(KeyRotation.verify(":\(StrictBase64.encode(old.publicKey)):;sig=:\(requestSignature):", newKeyID: new.keyID) == nil)
+    }
 }

@@ -48,7 +48,8 @@ private func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) 
 private func visitor(_ id: String, organization: String = "acme", instanceId: String? = nil, hardwareId: String? = nil,
                      hashes: [String] = [], deviceKeys: [String] = [], lastSeen: Int64 = 100) -> VisitorRecord {
     VisitorRecord(id: id, organization: organization, instanceId: instanceId, hardwareId: hardwareId, firstSeen: 1, lastSeen: lastSeen,
-                  components: hashes.map { ComponentRecord(scope: "hardware", name: "disk", hash: $0) }, deviceKeys: deviceKeys)
+                  components: hashes.map { ComponentRecord(scope: "hardware", name: "disk", hash: $0) },
+                  deviceKeys: deviceKeys.enumerated().map { DeviceKeyRecord(keyId: $0.element, firstProvenAt: 10 + Int64($0.offset)) })
 }
 
 private func idempotency(_ key: String, organization: String = "acme", body: [UInt8] = [1, 2, 3], createdAt: Int64 = 100,
@@ -147,9 +148,9 @@ private struct Deliberate: Error {}
             try tx.putVisitor(visitor("x1", organization: "other", instanceId: "i1", hardwareId: "h1", hashes: ["a", "b", "c"]))
         }
         try store.transaction { tx throws(StoreError) in
-            var expected = first
-            expected.deviceKeys = ["dk1", "dk2"]
-            #expect(try tx.visitor(id: "v1", organization: "acme") == expected)
+            // Keys come back oldest-proven first, whatever their ids' order.
+            #expect(try tx.visitor(id: "v1", organization: "acme") == first)
+            #expect(try tx.visitor(id: "v1", organization: "acme")?.deviceKeys.map(\.keyId) == ["dk2", "dk1"])
             #expect(try tx.visitor(id: "v1", organization: "other") == nil)
             #expect(try tx.visitor(id: "x1", organization: "acme") == nil)
 
@@ -175,7 +176,7 @@ private struct Deliberate: Error {}
         try store.transaction { tx throws(StoreError) in
             var moved = first
             moved.components = [ComponentRecord(scope: "instance", name: "machine-id", hash: "m")]
-            moved.deviceKeys = ["dk3"]
+            moved.deviceKeys = [DeviceKeyRecord(keyId: "dk3", firstProvenAt: 900)]
             moved.lastSeen = 900
             try tx.putVisitor(moved)
             #expect(try tx.visitor(id: "v1", organization: "acme") == moved)
@@ -353,6 +354,35 @@ private struct Deliberate: Error {}
         #expect(again.map(\.version) == applied.map(\.version))
         #expect(again.map(\.appliedAt) == applied.map(\.appliedAt))
         #expect(try reopened.transaction { tx throws(StoreError) in try tx.organization(named: "acme") } != nil)
+    }
+
+    /// Migration 4 on a database of version 3 with bound visitors: each key's first-proven time is
+    /// its visitor's first_seen (all the old schema knew), and the organization has no secret yet.
+    @Test func deviceKeysOfAVersion3DatabaseAreProvenAtTheirVisitorsFirstSeen() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/fingerly.db"
+        do {
+            let raw = try SQLiteConnection(path: path, busyTimeoutMilliseconds: 100, checkpointOnClose: true)
+            try raw.execute(SQLiteSchema.createMigrationTable, [])
+            for migration in SQLiteSchema.migrations where migration.version <= 3 {
+                for statement in migration.statements { try raw.execute(statement, []) }
+                try raw.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?1, 0)", [.integer(migration.version)])
+            }
+            try raw.execute("INSERT INTO organizations (name, suspended, created_at) VALUES ('acme', 0, 1)", [])
+            try raw.execute("INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) VALUES ('v1', 'acme', 'i', 'h', 50, 90)", [])
+            for key in ["zz", "aa"] {
+                try raw.execute("INSERT INTO visitor_device_keys (visitor_id, key_id) VALUES ('v1', ?1)", [.text(key)])
+            }
+            raw.close()
+        }
+        let store = try SQLiteStore(path: path)
+        defer { store.close() }
+        #expect(try store.schemaVersion() == SQLiteSchema.latestVersion)
+        let visitor = try store.transaction { tx throws(StoreError) in try tx.visitor(id: "v1", organization: "acme") }
+        #expect(visitor?.deviceKeys == [DeviceKeyRecord(keyId: "aa", firstProvenAt: 50), DeviceKeyRecord(keyId: "zz", firstProvenAt: 50)])
+        let secret = try store.transaction { tx throws(StoreError) in try tx.identifierSecret(organization: "acme", candidate: [7]) }
+        #expect(secret == [7])
     }
 
     @Test func aDatabaseFromANewerBuildIsRefused() throws {
@@ -559,7 +589,7 @@ private struct Deliberate: Error {}
                 let known = try tx.visitors(instanceId: "instance-\(number)", organization: "acme", preferringHardwareId: "hw-\(number)", limit: 8)
                 var record = known.first ?? VisitorRecord(id: "visitor-\(number)", organization: "acme", instanceId: "instance-\(number)",
                                                           hardwareId: "hw-\(number)", firstSeen: Int64(index), lastSeen: Int64(index),
-                                                          components: [], deviceKeys: ["dk-\(number)"])
+                                                          components: [], deviceKeys: [DeviceKeyRecord(keyId: "dk-\(number)", firstProvenAt: Int64(index))])
                 record.lastSeen = Int64(index)
                 record.components = components
                 try tx.putVisitor(record)

@@ -13,9 +13,9 @@ import Testing
     /// The codes of the wire contract, with their statuses (401 carries four): the lead's decisions,
     /// the server's signature and method answers, and issue 12's 400 for an invalid report.
     static let decidedCodes: Set<StatusCode> = [
-        StatusCode(400, "bad_request"), StatusCode(400, "duplicate_member"), StatusCode(401, "invalid_key"),
-        StatusCode(401, "invalid_signature"), StatusCode(401, "stale_signature"), StatusCode(401, "missing_signature"),
-        StatusCode(402, "organization_not_accepting"),
+        StatusCode(400, "bad_request"), StatusCode(400, "duplicate_member"), StatusCode(400, "identity_mismatch"),
+        StatusCode(401, "invalid_key"), StatusCode(401, "invalid_signature"), StatusCode(401, "stale_signature"),
+        StatusCode(401, "missing_signature"), StatusCode(401, "invalid_key_rotation"), StatusCode(402, "organization_not_accepting"),
         StatusCode(403, "forbidden"), StatusCode(404, "not_found"), StatusCode(405, "method_not_allowed"),
         StatusCode(408, "request_timeout"), StatusCode(409, "request_in_progress"), StatusCode(413, "payload_too_large"),
         StatusCode(422, "idempotency_key_reused"), StatusCode(429, "rate_limited"), StatusCode(429, "too_many_failures"),
