@@ -38,6 +38,7 @@ extension Fingerly {
                 jobs.append(job)
             }
         }
+        if host?.root == Self.warmUpRoot { jobs.append(ScheduledProbe(probe: WarmUpProbe(), tier: .fast, timeoutMs: 250)) }
         let traced = (start.tracerPid ?? 0) > 0
         var entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: schedule.concurrency)
             .run(jobs, in: environment, startedAt: started,
@@ -84,12 +85,17 @@ extension Fingerly {
     /// identify would spend its whole budget on them before its first probe.
     @discardableResult
     func warmUpCallPath() -> SignalReport {
-        // One probe: the coordinator's and a probe thread's paths, without forty threads natively.
-        let first = catalogue.probes.first { $0.id != CollectorProbe.probeId }.map { Set([$0.id]) } ?? []
-        let report = collectBlocking(tag: nil, tiers: Set(Tier.allCases), only: first,
+        // No probe of the catalogue runs before consent; one of its own takes the probe thread's path.
+        let report = collectBlocking(tag: nil, tiers: Set(Tier.allCases), only: [],
                                      reading: HostFileSystem(root: Self.warmUpRoot), hasher: .perRun(freeText: freeText))
         _ = CollectorStart.tracer(inStatus: "Name:\tfingerly\nTracerPid:\t0\n")
         return report
+    }
+
+    /// The warm-up's own probe: it reads and reports nothing.
+    struct WarmUpProbe: Probe {
+        let id = "warm-up"
+        func collect(into context: ProbeContext) throws(ProbeFailure) {}
     }
 
     static func scaled(_ timeoutMs: Int, by factor: Int, within budgetMs: Int) -> Int {

@@ -324,9 +324,15 @@ struct JudgedReportTests {
         for dropped in [#""padding""#, #""nested""#, #""pad0""#, #""x0""#, #""top""#] {
             #expect(!document.contains(dropped), "\(dropped) was stored")
         }
+        // The judged report in its canonical form, its identifiers re-keyed with the organization's
+        // secret (which no client holds): every probe and signal as judged, no identifier as sent.
         let judged = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(sample)).report
-        let canonical = String(decoding: try JSONEncoder.fingerly.encode(judged), as: UTF8.self)
+        let stored = try JSONDecoder.fingerly.decode(StoredEvent.self, from: Data(event.body)).report
+        let canonical = String(decoding: try JSONEncoder.fingerly.encode(stored), as: UTF8.self)
         #expect(document.hasSuffix(#""report":"# + canonical + "}"))
+        #expect(stored.probes.map(\.id) == judged.probes.map(\.id))
+        #expect(stored.probes.map(\.status) == judged.probes.map(\.status))
+        #expect(stored.identity.instanceId != nil && stored.identity.instanceId != judged.identity.instanceId)
         // top, padding, nested, and the hundred members of the first probe, each of 30 requests.
         let metrics = try server.server.client.request("GET", "/metrics").text
         #expect(metrics.contains("fingerly_unknown_members_dropped_total \(30 * 103)"), "\(metrics.suffix(400))")

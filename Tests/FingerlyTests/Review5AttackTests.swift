@@ -32,7 +32,11 @@ import Testing
         let identify = try under.identify(Array(once.utf8)).identifyAnswer()
         let event = try JSONDecoder.fingerly.decode(StoredEvent.self,
                                                     from: Data(under.engine.event(requestId: identify.requestId, organization: F.organization).body))
-        #expect(event.report == judged && event.tag == "first")
+        // The judged report as the server keeps it: its identifiers re-keyed with the organization's secret.
+        let secret = try #require(try under.store.transaction { (tx) throws(StoreError) -> [UInt8]? in
+            try tx.identifierSecret(organization: F.organization, candidate: [1])
+        })
+        #expect(event.report == StoredIdentifierKeys(secret: secret).rekeyed(judged) && event.tag == "first")
     }
 
     /// R5-2: a password given as a URL query parameter (`?password=`, which libpq reads as

@@ -187,7 +187,8 @@ struct BoundedStorageTests {
         #expect(try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(retried.body)).duplicate)
         let stored = try harness.store.transaction { tx throws(StoreError) in try tx.organization(named: "acme") }
         #expect((stored?.storedBytes ?? 0) >= 4_096)
-        #expect(try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(otherKey), body: ServerTests.reportBody).status == 200)
+        #expect(try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(otherKey),
+                                           body: ServerTests.reportBody(organization: "other")).status == 200)
         let metrics = try harness.client.request("GET", "/metrics").text
         #expect((Self.metric("fingerly_store_event_bytes", in: metrics) ?? 0) > (stored?.storedBytes ?? 0))
         #expect(Self.metric("fingerly_store_organizations_over_quota", in: metrics) == 1)
@@ -215,11 +216,13 @@ struct BoundedStorageTests {
         #expect(try runServerCLI(["keys", "quota", "--org", "acme", "--bytes", "lots", "--db", database]).status == 64)
         #expect(try runServerCLI(["keys", "quota", "--org", "nobody", "--bytes", "1MiB", "--db", database]).status == 67)
 
-        let server = try ServerProcess(database: database)
+        // Unsigned requests, as a third-party client's: the quota is the subject here, not binding.
+        let server = try ServerProcess(database: database, arguments: ["--allow-unsigned"])
+        let otherBody = ServerTests.reportBody(organization: "other")
         func identify(_ key: String) throws -> RawResponse {
             try server.client.request("POST", "/v1/identify", headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json"),
                                                                         ("Idempotency-Key", "\"\(UUID().uuidString.lowercased())\"")],
-                                      body: ServerTests.reportBody)
+                                      body: key == other.publicKey ? otherBody : ServerTests.reportBody)
         }
         #expect(try identify(acme.publicKey).status == 200)
         let full = try identify(acme.publicKey)
@@ -269,7 +272,7 @@ struct BoundedStorageTests {
         let stored = VisitorRecord(id: "vis_1", organization: "acme", instanceId: "i", hardwareId: nil, firstSeen: 0, lastSeen: 0,
                                    components: components("old"), deviceKeys: [])
         let observed = ObservedIdentity(instanceId: "i", hardwareId: nil, components: components("new"))
-        #expect(updatedVisitor(stored, with: observed, verifiedKeyID: nil, now: 1).components.count == limit)
+        #expect(updatedVisitor(stored, with: observed, provenKeyID: nil, now: 1).components.count == limit)
     }
 
     @Test func storageSizesParseWithTheirUnits() {
@@ -470,7 +473,7 @@ struct StorageBoundsStoreContractTests {
             for (id, lastSeen) in [("vis_old", Int64(10)), ("vis_new", Int64(1_000))] {
                 try tx.putVisitor(VisitorRecord(id: id, organization: "acme", instanceId: "i-\(id)", hardwareId: nil, firstSeen: 0,
                                                 lastSeen: lastSeen, components: [ComponentRecord(scope: "instance", name: "machine-id", hash: hash + id)],
-                                                deviceKeys: ["key-\(id)"]))
+                                                deviceKeys: [DeviceKeyRecord(keyId: "key-\(id)", firstProvenAt: 0)]))
             }
         }
         #expect(try store.transaction { tx throws(StoreError) in try tx.expireVisitors(lastSeenBefore: 500) } == 1)
@@ -478,7 +481,7 @@ struct StorageBoundsStoreContractTests {
             #expect(try tx.visitor(id: "vis_old", organization: "acme") == nil)
             #expect(try tx.visitors(sharingAnyOf: [hash + "vis_old"], organization: "acme", limit: 10).isEmpty)
             let kept = try tx.visitor(id: "vis_new", organization: "acme")
-            #expect(kept?.components.count == 1 && kept?.deviceKeys == ["key-vis_new"])
+            #expect(kept?.components.count == 1 && kept?.deviceKeys == [DeviceKeyRecord(keyId: "key-vis_new", firstProvenAt: 0)])
             // The old one's id can be used again: no row of its components or keys was left behind.
             try tx.putVisitor(VisitorRecord(id: "vis_old", organization: "acme", instanceId: nil, hardwareId: nil, firstSeen: 0, lastSeen: 2_000,
                                             components: [], deviceKeys: []))
@@ -498,8 +501,9 @@ struct PostgresStorageBoundsTests {
         let url = cluster.url(database: name)
         let acme = try addedKeys(try runServerCLI(["keys", "add", "--org", "acme", "--region", "eu", "--db", url]))
         #expect(try runServerCLI(["keys", "quota", "--org", "acme", "--bytes", "1", "--db", url]).status == 0)
-        let first = try ServerProcess(database: url, arguments: ["--failure-limit", "3"])
-        let second = try ServerProcess(database: url)
+        // Unsigned requests, as a third-party client's: the quota and the failure limit are the subject.
+        let first = try ServerProcess(database: url, arguments: ["--failure-limit", "3", "--allow-unsigned"])
+        let second = try ServerProcess(database: url, arguments: ["--allow-unsigned"])
         defer { _ = first.terminate(); _ = second.terminate() }
         func identify(_ server: ServerProcess, key: String = acme.publicKey) throws -> RawResponse {
             try server.client.request("POST", "/v1/identify", headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json"),

@@ -129,13 +129,17 @@ struct ServerTests {
     static let body = Array(#"{"client":{"proxy":false,"sdk":"fingerly-linux","version":"0.1.0"},"report":{}}"#.utf8)
 
     /// A real submission body for organization acme, as the client makes it from a fixture host.
-    static let reportBody: [UInt8] = {
+    static let reportBody: [UInt8] = reportBody(organization: "acme")
+
+    /// The CLI's body for `organization`: its identifiers derive under that organization's name, as
+    /// the server checks.
+    static func reportBody(organization: String) -> [UInt8] {
         let state = (try? TestPaths.temporaryDirectory("server-body")) ?? NSTemporaryDirectory()
-        var env = SubmissionCLITests.environment(state: state, apiKey: TestKeys.key(org: "acme", region: "eu"))
+        var env = SubmissionCLITests.environment(state: state, apiKey: TestKeys.key(org: organization, region: "eu"))
         env["FINGERLY_ENDPOINT"] = nil
         let run = try? runCLI(["--no-submit", "--request-only", "--root", TestPaths.fixture("kvm-qemu"), "--tiers", "fast"], environment: env)
         return Array((run?.standardOutput ?? "").utf8)
-    }()
+    }
 
     @Test func healthAndMetrics() throws {
         let harness = try ServerHarness()
