@@ -122,6 +122,20 @@ package final class IdentityEngine: Sendable {
         return nil
     }
 
+    /// The first identity summary that lists more entries than the report has components: each
+    /// entry stands for one component, and each is re-keyed against them (tens of thousands of
+    /// made-up ones cost seconds of CPU a request).
+    static func oversizedSummaryField(_ report: SignalReport) -> String? {
+        let components = report.probes.reduce(0) { $0 + $1.identityComponents.count }
+        let identity = report.identity
+        for (field, summaries) in [("hardwareComponents", identity.hardwareComponents),
+                                   ("instanceComponents", identity.instanceComponents),
+                                   ("rootOnlyEvidence", identity.rootOnlyEvidence)] where summaries.count > components {
+            return "report.identity." + field
+        }
+        return nil
+    }
+
     /// `POST /v1/identify` for an authenticated organization.
     package func identify(organization: String, idempotencyKey: String, body: [UInt8], deviceKeyID: String?,
                           signatureVerified: Bool, rotatedFrom: String? = nil, now: Int64) -> EngineAnswer {
@@ -278,6 +292,9 @@ package final class IdentityEngine: Sendable {
         }
         if let field = Self.invalidIdentifierField(report) {
             return .badRequest("Field '\(field)' must be 1 to \(Self.identifierByteLimit) printable ASCII characters.")
+        }
+        if let field = Self.oversizedSummaryField(report) {
+            return .badRequest("Field '\(field)' lists more entries than the report has identity components.")
         }
         if let field = IdentityDerivationCheck.underivedField(report, hasher: clientKeying.hasher(organization: organization)) {
             return .error(400, "identity_mismatch", "Field '\(field)' is not what the report's identity components derive.")

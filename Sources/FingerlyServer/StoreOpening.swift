@@ -33,9 +33,9 @@ func databaseLabel(_ path: String) -> String {
     guard PostgresStore.isURL(path), let scheme = path.range(of: "://") else { return path }
     var label = String(path[..<scheme.upperBound])
     var rest = path[scheme.upperBound...]
-    // libpq looks for the userinfo up to the first "/", a "?" included.
-    let authorityEnd = rest.firstIndex(of: "/") ?? rest.endIndex
-    if let at = rest[..<authorityEnd].lastIndex(of: "@") {
+    // libpq looks for the userinfo up to the first "/", a "?" included; a password may hold an
+    // unencoded "/" all the same, so everything up to the last "@" is taken for the userinfo.
+    if let at = rest.lastIndex(of: "@") {
         let userinfo = rest[..<at]
         label += userinfo.firstIndex(of: ":").map { userinfo[..<$0] + ":***" } ?? String(userinfo)
         rest = rest[at...]

@@ -16,11 +16,15 @@ package struct ConnectionSecrets: Sendable, Hashable {
         if let scheme = conninfo.range(of: "://") {
             let rest = conninfo[scheme.upperBound...]
             // libpq takes the userinfo up to the last "@" before the first "/"; a "?" may be
-            // inside it. The whole userinfo counts too: a malformed one is quoted whole.
-            let authorityEnd = rest.firstIndex(of: "/") ?? rest.endIndex
-            if let at = rest[..<authorityEnd].lastIndex(of: "@") {
+            // inside it. A password with an unencoded "/" is cut there: libpq then reads its first
+            // part as the host's port and quotes it, so each part between "/" counts as well.
+            if let at = rest.lastIndex(of: "@") {
                 let userinfo = rest[..<at]
-                if let colon = userinfo.firstIndex(of: ":") { add(userinfo[userinfo.index(after: colon)...]) }
+                if let colon = userinfo.firstIndex(of: ":") {
+                    let password = userinfo[userinfo.index(after: colon)...]
+                    add(password)
+                    for part in password.split(separator: "/") { add(part) }
+                }
             }
             // Any query parameter whose decoded name speaks of a password, wherever the "?" is.
             for question in rest.indices where rest[question] == "?" {

@@ -518,6 +518,31 @@ extension EngineAnswer {
         #expect(try under.identify(try F.body(own)).identifyAnswer().visitorIsNew)
     }
 
+    /// Each summary entry stands for a component and is re-keyed against them: seventy thousand
+    /// made-up ones cost seconds of CPU a request (a hostile review's finding), and are refused.
+    @Test func identitySummariesLongerThanTheComponentsAre400() throws {
+        let under = try EngineUnderTest("summaries")
+        let own = F.report(F.host())
+        let components = own.probes.reduce(0) { $0 + $1.identityComponents.count }
+        let padding = (0...components).map { String(format: "made-up-%d:%012x", $0, $0) }
+        for field in ["hardwareComponents", "instanceComponents", "rootOnlyEvidence"] {
+            let identity = own.identity
+            let padded = HostIdentity(hardwareId: identity.hardwareId, hardwareIdVersion: 1, instanceId: identity.instanceId,
+                                      instanceIdVersion: 1,
+                                      hardwareComponents: field == "hardwareComponents" ? padding : identity.hardwareComponents,
+                                      instanceComponents: field == "instanceComponents" ? padding : identity.instanceComponents,
+                                      rootOnlyEvidence: field == "rootOnlyEvidence" ? padding : identity.rootOnlyEvidence)
+            let report = SignalReport(schemaVersion: 2, collectorVersion: "0.1.0", collectedAt: own.collectedAt, root: "/",
+                                      tiers: [.fast], budgetMs: 1200, elapsedMs: 1, probes: own.probes, identity: padded,
+                                      identifierKeying: .organization)
+            let answer = under.identify(try F.body(report))
+            #expect(answer.status == 400, "\(field)")
+            #expect(try answer.wireError().error.message.contains("report.identity.\(field)"))
+        }
+        #expect(try under.eventCount() == 0)
+        #expect(under.identify(try F.body(own)).status == 200)
+    }
+
     @Test func storedIdentifiersAreHMACSHA256UnderTheSecret() {
         // RFC 2104 over "fingerly-stored-identifier-v1\nabc" (Python's hmac module gives the same).
         #expect(StoredIdentifierKeys(secret: Array(repeating: 7, count: 32)).rekey("abc")

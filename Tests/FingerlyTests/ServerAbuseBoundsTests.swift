@@ -356,7 +356,9 @@ struct SmallerServerHardeningTests {
                        "postgres://app@127.0.0.1:1/fingerly?password=S3cr%zzPassw0rd",
                        "postgresql://app:S3cr%00Passw0rd@127.0.0.1:1/fingerly",
                        "postgresql://app@127.0.0.1:1/fingerly?p%61ssword=S3cr%zzPassw0rd&sslmode=nonsense",
-                       "postgresql://app:S3cr%41Passw0rd@127.0.0.1:1/fingerly?connect_timeout=1"]
+                       "postgresql://app:S3cr%41Passw0rd@127.0.0.1:1/fingerly?connect_timeout=1",
+                       // An unencoded "/" in the password: libpq reads "S3cr" as the port and quotes it.
+                       "postgres://app:S3cr/Passw0rd@127.0.0.1:1/fingerly"]
 
     static func leaks(_ text: String) -> Bool {
         ["S3cr", "Passw0rd", "S3crAPassw0rd"].contains { text.contains($0) }
