@@ -43,28 +43,10 @@ func databaseLabel(_ path: String) -> String {
     guard let question = rest.firstIndex(of: "?") else { return label + rest }
     label += rest[...question]
     let parameters = rest[rest.index(after: question)...].split(separator: "&", omittingEmptySubsequences: false).map { parameter in
-        guard let equals = parameter.firstIndex(of: "="), percentDecoded(parameter[..<equals]).lowercased().contains("pass") else {
+        guard let equals = parameter.firstIndex(of: "="), ConnectionSecrets.percentDecoded(parameter[..<equals]).lowercased().contains("pass") else {
             return String(parameter)
         }
         return parameter[...equals] + "***"
     }
     return label + parameters.joined(separator: "&")
-}
-
-/// `%XX` escapes decoded; a malformed one is kept as written.
-private func percentDecoded(_ text: Substring) -> String {
-    let bytes = Array(text.utf8)
-    var decoded: [UInt8] = []
-    var index = 0
-    while index < bytes.count {
-        if bytes[index] == UInt8(ascii: "%"), index + 2 < bytes.count,
-           let value = UInt8(String(decoding: bytes[(index + 1)...(index + 2)], as: UTF8.self), radix: 16) {
-            decoded.append(value)
-            index += 3
-        } else {
-            decoded.append(bytes[index])
-            index += 1
-        }
-    }
-    return String(decoding: decoded, as: UTF8.self)
 }

@@ -56,7 +56,7 @@ package struct ConnectionSecrets: Sendable, Hashable {
     }
 
     /// `%XX` escapes decoded; a malformed one is kept as written.
-    static func percentDecoded(_ text: Substring) -> String {
+    package static func percentDecoded(_ text: Substring) -> String {
         let bytes = Array(text.utf8)
         var decoded: [UInt8] = []
         var index = 0
