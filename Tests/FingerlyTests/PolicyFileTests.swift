@@ -24,6 +24,12 @@ private final class FIFOWriter: Sendable {
 
     init(_ path: String) {
         Thread { [self] in
+            // The reader may close the FIFO between this open and the write: EPIPE then, not a
+            // SIGPIPE that ends the whole test process (a clean clone's CI run died of it).
+            var pipeSignal = sigset_t()
+            sigemptyset(&pipeSignal)
+            sigaddset(&pipeSignal, SIGPIPE)
+            pthread_sigmask(SIG_BLOCK, &pipeSignal, nil)
             let deadline = Date().addingTimeInterval(15)
             while !stopped.load(ordering: .relaxed) && Date() < deadline {
                 let fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
