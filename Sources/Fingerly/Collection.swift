@@ -6,11 +6,11 @@ import FingerlyProbes
 extension Fingerly {
     func collectBlocking(tag: String?, tiers: Set<Tier>, startedAt started: Double = monotonicMilliseconds(),
                          log: HostAccessLog? = nil, only probeIds: Set<String>? = nil, start: CollectorStart? = nil,
-                         reusing prefetched: Prefetched? = nil, reading host: HostFileSystem? = nil,
-                         hasher: IdentifierHasher? = nil) -> SignalReport {
+                         reusing prefetched: Prefetched? = nil, warmingUp: Bool = false) -> SignalReport {
         fingerlyCollectEntry()
-        let hasher = hasher ?? identifierHasher()
-        var environment = ProbeEnvironment(host: host ?? HostFileSystem(root: options.root, log: log), tables: .embedded,
+        let hasher = warmingUp ? .perRun(freeText: freeText) : identifierHasher()
+        let host = warmingUp ? HostFileSystem(root: Self.warmUpRoot) : HostFileSystem(root: options.root, log: log)
+        var environment = ProbeEnvironment(host: host, tables: .embedded,
                                            filter: filter, hasher: hasher)
         environment.pinChecks = options.tlsPinChecks
         let start = start ?? CollectorStart.observe(environment.host)
@@ -38,14 +38,14 @@ extension Fingerly {
                 jobs.append(job)
             }
         }
-        if host?.root == Self.warmUpRoot { jobs.append(ScheduledProbe(probe: WarmUpProbe(), tier: .fast, timeoutMs: 250)) }
+        if warmingUp { jobs.append(ScheduledProbe(probe: WarmUpProbe(), tier: .fast, timeoutMs: 250)) }
         let traced = (start.tracerPid ?? 0) > 0
         var entries = Scheduler(budgetMs: schedule.budgetMs, concurrency: schedule.concurrency)
             .run(jobs, in: environment, startedAt: started,
                  slowdown: traced ? .traced : start.slowdown?.isInstrumented == true ? .translated : .none)
         entries += prefetched?.entries ?? []
         if options.frozenClock != nil { entries = entries.map(\.withoutDuration) }
-        for entry in entries where entry.status != .ok && entry.status != .skipped && host?.root != Self.warmUpRoot {
+        for entry in entries where entry.status != .ok && entry.status != .skipped && !warmingUp {
             logger?.log(.debug, "probe \(entry.id): \(entry.status.rawValue): \(entry.detail ?? "")")
         }
         let order = Dictionary(catalogue.probes.enumerated().map { ($0.element.id, $0.offset) }, uniquingKeysWith: { first, _ in first })
@@ -86,8 +86,7 @@ extension Fingerly {
     @discardableResult
     func warmUpCallPath() -> SignalReport {
         // No probe of the catalogue runs before consent; one of its own takes the probe thread's path.
-        let report = collectBlocking(tag: nil, tiers: Set(Tier.allCases), only: [],
-                                     reading: HostFileSystem(root: Self.warmUpRoot), hasher: .perRun(freeText: freeText))
+        let report = collectBlocking(tag: nil, tiers: Set(Tier.allCases), only: [], warmingUp: true)
         _ = CollectorStart.tracer(inStatus: "Name:\tfingerly\nTracerPid:\t0\n")
         return report
     }
