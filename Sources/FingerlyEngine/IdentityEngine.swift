@@ -300,7 +300,8 @@ package final class IdentityEngine: Sendable {
             return .error(400, "identity_mismatch", "Field '\(field)' is not what the report's identity components derive.")
         }
         // Everything kept from here on is keyed with the organization's secret.
-        let storedReport = keys.rekeyed(report)
+        let rekeying = keys.rekeying(report)
+        let storedReport = rekeying.report
 
         // 3. Judged here from the signals, whatever verdicts a client may claim.
         let verdicts = Verdicts(verdictEngine.evaluate(report))
@@ -310,7 +311,7 @@ package final class IdentityEngine: Sendable {
         // never gets here, one no type reads is not kept (storage at the sender's pace otherwise),
         // and the client's identifiers are replaced by the server's. When the reader found the
         // client's bytes canonical already, only the re-keyed values are replaced in them.
-        let judgedReport = canonicalRange.flatMap { keys.rekeyed(reportText: body[$0], of: report, stored: storedReport) }
+        let judgedReport = canonicalRange.flatMap { keys.rekeyed(reportText: body[$0], of: report, rekeying: rekeying) }
             ?? ReportWriter.report(storedReport)
         let verdictsJSON = AnswerWriter.verdicts(verdicts)
         let requestId = EngineWire.mintTimeOrderedId(prefix: "req_", unixMilliseconds: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
