@@ -216,11 +216,25 @@ extension StoredIdentifierKeys {
         let complete = raw.withUnsafeBufferPointer { text -> Bool in
             guard let start = text.baseAddress else { return true }
             out.reserveCapacity(text.count + 64)
-            let quote = Int32(UInt8(ascii: "\"")), colon = UInt8(ascii: ":")
-            // memchr finds each quote: most of a report's bytes lie between them.
+            let quote = UInt8(ascii: "\""), colon = UInt8(ascii: ":")
+            // Eight bytes at a time: most of a report's bytes lie between quotes, and a call to
+            // memchr for each of its few hundred strings cost more than the search.
             func nextQuote(from index: Int) -> Int? {
-                guard index < text.count, let found = memchr(start + index, quote, text.count - index) else { return nil }
-                return UnsafeRawPointer(found).assumingMemoryBound(to: UInt8.self) - start
+                var index = index
+                let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+                while index + 8 <= text.count {
+                    let word = UInt64(littleEndian: UnsafeRawPointer(start + index).loadUnaligned(as: UInt64.self))
+                    let quotes = word ^ (ones &* UInt64(quote))
+                    // The lowest high bit set marks the first byte that is a quote (later ones may be false).
+                    let found = (quotes &- ones) & ~quotes & highs
+                    if found != 0 { return index + found.trailingZeroBitCount / 8 }
+                    index += 8
+                }
+                while index < text.count {
+                    if text[index] == quote { return index }
+                    index += 1
+                }
+                return nil
             }
             var copied = 0
             var open = nextQuote(from: 0)
