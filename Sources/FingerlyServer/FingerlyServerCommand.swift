@@ -28,6 +28,9 @@ package enum ServerExit: Int32 {
 
 /// `fingerly-server`: serve, and the operator's key commands.
 package enum FingerlyServerCommand {
+    /// What `serve` does unless told otherwise, for the help text.
+    private static let defaults = ServerConfiguration(database: "")
+
     package static let help = """
         USAGE: fingerly-server serve [--config FILE] [options]
                fingerly-server keys add --org NAME [--env ENV] [--region us|eu|ap] [--db PATH]
@@ -61,7 +64,11 @@ package enum FingerlyServerCommand {
                                     without a verifying signature get 429 too_many_failures
           --threads N               libmicrohttpd worker threads (default 4)
           --connection-limit N      Open connections at most (default 512)
-          --connection-timeout S    Idle or slow connections are closed after S seconds (default 10)
+          --connections-per-address N
+                                    Open connections at most from one client address (default
+                                    \(defaults.connectionsPerAddress)); more are closed as they are accepted
+          --connection-timeout S    Idle connections, and request heads not complete, are closed after S
+                                    seconds (default 10)
           --header-limit BYTES      Memory per connection, which bounds the request head (default 32768)
           --shutdown-grace S        After SIGTERM, requests in flight get S seconds to finish (default 20)
           --allow-unsigned [true|false]
