@@ -59,9 +59,10 @@ package enum FingerlyServerCommand {
           --storage-quota SIZE      Bytes of events each organization may keep, as stored (bytes, or with
                                     KiB, MiB, GiB, TiB; default 256MiB; 0: no limit); past it identify is
                                     507 storage_quota_exceeded. `keys quota` sets one organization's
-          --failure-limit N         Failed authentications (unknown key, missing or bad signature) per
-                                    second per source address (default 10); past it, its requests
-                                    without a verifying signature get 429 too_many_failures
+          --failure-limit N         Refusals before the key's budget (unknown key, missing or bad
+                                    signature, ...) per second per source address (default 10); past it,
+                                    its requests without a verifying signature get 429 too_many_failures,
+                                    and past N of signed ones, all but devices admitted before
           --threads N               libmicrohttpd worker threads (default 4)
           --connection-limit N      Open connections at most (default 512)
           --connections-per-address N

@@ -74,8 +74,9 @@ package struct ServerConfiguration: Sendable, Hashable {
     /// Bytes of event documents an organization may keep (as stored) unless `keys quota` gives
     /// it its own; 0 for no limit. Past it, identify answers 507 until retention frees room.
     package var storageQuota: Int64 = 256 * 1_048_576
-    /// Authentication failures (unknown key, missing or bad signature) per source address per
-    /// second; past it, that address's requests without a verifying signature get 429.
+    /// Refusals before the key's budget (unknown key, missing or bad signature, ...) per source address
+    /// per second; past it, that address's requests without a verifying signature get 429, and past it
+    /// in signed ones, all but the devices admitted before (FailureLimiter).
     package var failureLimit = 10
     package var threads = 4
     package var connectionLimit = 512
