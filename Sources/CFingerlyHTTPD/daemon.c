@@ -1,6 +1,7 @@
 #include "fingerly_httpd.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -215,7 +216,9 @@ struct fingerly_httpd *fingerly_httpd_start(const struct fingerly_httpd_settings
     httpd->daemon = MHD_start_daemon(flags, port, NULL, NULL, access_handler, httpd,
                                      MHD_OPTION_ARRAY, options, MHD_OPTION_END);
     if (httpd->daemon == NULL) {
+        int reason = errno;  // what the caller reports, e.g. the address in use
         release(httpd);
+        errno = reason;
         return NULL;
     }
     httpd->watchdog_running = pthread_create(&httpd->watchdog, NULL, watch_heads, httpd) == 0;
