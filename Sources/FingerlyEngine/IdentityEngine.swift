@@ -164,7 +164,10 @@ package final class IdentityEngine: Sendable {
                           rotatedFrom: String? = nil, now: Int64,
                           admit: (any StoreTransaction) throws(StoreError) -> Admission) -> EngineAnswer {
         let keyIsValid = !idempotencyKey.isEmpty && idempotencyKey.utf8.count <= Self.idempotencyKeyByteLimit
-        let bodyHash = EngineWire.sha256(body)
+        // Only a verified keyid is the sender's; an unverified one is whatever it wrote.
+        let verifiedKeyID = signatureVerified
+            ? deviceKeyID.flatMap { $0.isEmpty || $0.utf8.count > Self.deviceKeyIDByteLimit ? nil : $0 } : nil
+        let binding = IdempotencyBinding(body: body, deviceKeyID: verifiedKeyID, rotatedFrom: rotatedFrom)
 
         // 1. The in-flight marker commits on its own, before any work: a second attempt with
         // the same key sees it from any process.
@@ -181,7 +184,7 @@ package final class IdentityEngine: Sendable {
                 guard keyIsValid else {
                     return .answer(.badRequest("The Idempotency-Key is empty or longer than \(Self.idempotencyKeyByteLimit) bytes."))
                 }
-                return try self.begin(tx, organization: organization, key: idempotencyKey, bodyHash: bodyHash, now: now)
+                return try self.begin(tx, organization: organization, key: idempotencyKey, binding: binding, now: now)
             }
         } catch {
             return .storeFailure(error)
@@ -197,9 +200,8 @@ package final class IdentityEngine: Sendable {
         }
         identifierSecrets.withLock { $0[organization] = secret }
 
-        // Only a verified keyid is the sender's; an unverified one is whatever it wrote.
-        let verifiedKeyID = signatureVerified ? deviceKeyID.flatMap { $0.isEmpty || $0.utf8.count > Self.deviceKeyIDByteLimit ? nil : $0 } : nil
-        let answer = process(organization: organization, key: idempotencyKey, body: body, bodyHash: bodyHash, createdAt: createdAt,
+        let answer = process(organization: organization, key: idempotencyKey, body: body, binding: binding,
+                             createdAt: createdAt,
                              deviceKeyID: verifiedKeyID, signatureVerified: signatureVerified,
                              rotatedFrom: verifiedKeyID == nil ? nil : rotatedFrom, keys: StoredIdentifierKeys(secret: secret), now: now)
         if answer.status != 200 { release(organization: organization, key: idempotencyKey) }
@@ -220,10 +222,11 @@ package final class IdentityEngine: Sendable {
         return secret
     }
 
-    private func begin(_ tx: any StoreTransaction, organization: String, key: String, bodyHash: [UInt8], now: Int64) throws(StoreError) -> Step {
+    private func begin(_ tx: any StoreTransaction, organization: String, key: String, binding: IdempotencyBinding,
+                       now: Int64) throws(StoreError) -> Step {
         if let record = try tx.idempotency(organization: organization, key: key),
            !Self.expired(record.createdAt, now: now) {
-            guard record.bodyHash == bodyHash else { return .answer(.keyReused) }
+            guard binding.matches(record.bodyHash) else { return .answer(.keyReused) }
             switch record.state {
             case .complete:
                 return .answer(replay(record))
@@ -236,7 +239,8 @@ package final class IdentityEngine: Sendable {
                 return .proceed(createdAt: record.createdAt)
             }
         }
-        try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: bodyHash, state: .inFlight,
+        try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: binding.hash,
+                                                state: .inFlight,
                                                 response: nil, status: nil, createdAt: now, updatedAt: now))
         return .proceed(createdAt: now)
     }
@@ -270,7 +274,8 @@ package final class IdentityEngine: Sendable {
         }
     }
 
-    private func process(organization: String, key: String, body: [UInt8], bodyHash: [UInt8], createdAt: Int64,
+    private func process(organization: String, key: String, body: [UInt8], binding: IdempotencyBinding,
+                         createdAt: Int64,
                          deviceKeyID: String?, signatureVerified: Bool, rotatedFrom: String?, keys: StoredIdentifierKeys,
                          now: Int64) -> EngineAnswer {
         // 2. The body.
@@ -324,7 +329,7 @@ package final class IdentityEngine: Sendable {
                 // Another attempt with this key (one that took over a stale marker) may have
                 // finished meanwhile: its answer stands, nothing is stored twice.
                 if let record = try tx.idempotency(organization: organization, key: key), record.state == .complete,
-                   record.bodyHash == bodyHash, !Self.expired(record.createdAt, now: now) {
+                   binding.matches(record.bodyHash), !Self.expired(record.createdAt, now: now) {
                     return self.replay(record)
                 }
                 // Other processes may resolve the same host at this moment: the lock makes a
@@ -384,7 +389,8 @@ package final class IdentityEngine: Sendable {
                                                  report: judgedReport)
                 try tx.insertEvent(EventRecord(requestId: requestId, organization: organization, visitorId: visitorId,
                                                receivedAt: now, document: document))
-                try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: bodyHash, state: .complete,
+                try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: binding.hash,
+                                                        state: .complete,
                                                         response: answerBytes, status: 200, createdAt: createdAt, updatedAt: now))
                 return EngineAnswer(status: 200, body: answerBytes, code: nil, unknownMembersDropped: unknownMembers)
             }
