@@ -122,6 +122,13 @@ package final class IdentityEngine: Sendable {
         return nil
     }
 
+    /// The index of the first probe whose id an earlier probe has: the verdicts judge the first,
+    /// a reader of the stored event that keeps the last would see another report.
+    static func repeatedProbeIndex(_ report: SignalReport) -> Int? {
+        var seen = Set<String>(minimumCapacity: report.probes.count)
+        return report.probes.firstIndex { !seen.insert($0.id).inserted }
+    }
+
     /// The first identity summary that lists more entries than the report has components: each
     /// entry stands for one component, and each is re-keyed against them (tens of thousands of
     /// made-up ones cost seconds of CPU a request).
@@ -294,6 +301,10 @@ package final class IdentityEngine: Sendable {
         let report = submission.report
         guard report.schemaVersion == SignalReport.currentSchemaVersion else {
             return .badRequest("Field 'report.schemaVersion' is \(report.schemaVersion); this server reads \(SignalReport.currentSchemaVersion).")
+        }
+        if let index = Self.repeatedProbeIndex(report) {
+            return .error(400, "duplicate_member", "Probe '\(report.probes[index].id)' is given twice (report.probes[\(index)]); "
+                            + "readers disagree on which one counts.")
         }
         if let field = Self.invalidIdentifierField(report) {
             return .badRequest("Field '\(field)' must be 1 to \(Self.identifierByteLimit) printable ASCII characters.")

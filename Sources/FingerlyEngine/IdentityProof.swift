@@ -97,10 +97,26 @@ package struct StoredIdentifierKeys: Sendable {
         return String(decoding: text, as: UTF8.self)
     }
 
-    /// Whether a signal's text is a keyed identifier hash (64 lowercase hex digits), as probes
-    /// write a machine-id or a serial beside the component that carries it.
-    static func isIdentifierHash(_ text: String) -> Bool {
-        text.utf8.count == 64 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    /// Where a signal's text holds keyed identifier hashes: each word (a run of ASCII letters
+    /// and digits) of exactly 64 lowercase hex digits, as probes write `eth0 <hash>` or a serial's
+    /// hash beside its device. Offsets are UTF-8.
+    static func identifierHashRanges(in text: String) -> [Range<Int>] {
+        guard text.utf8.count >= 64 else { return [] }
+        let bytes = Array(text.utf8)
+        func isLowerHex(_ byte: UInt8) -> Bool { (0x30...0x39).contains(byte) || (0x61...0x66).contains(byte) }
+        func isWord(_ byte: UInt8) -> Bool { isLowerHex(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte) }
+        var ranges: [Range<Int>] = []
+        var index = 0
+        while index < bytes.count {
+            guard isWord(bytes[index]) else {
+                index += 1
+                continue
+            }
+            let start = index
+            while index < bytes.count, isWord(bytes[index]) { index += 1 }
+            if index - start == 64, bytes[start..<index].allSatisfy(isLowerHex) { ranges.append(start..<index) }
+        }
+        return ranges
     }
 
     /// The report as the server keeps it: identifiers, component hashes, the `name:prefix`
@@ -130,21 +146,42 @@ package struct StoredIdentifierKeys: Sendable {
             places += 1
             return stored
         }
-        func stored(_ hash: String) -> String {
-            replaced(hash, by: replacements[hash] ?? rekey(hash))
+        // Hash → stored hash, for the components and the hashes inside signals.
+        var keyed: [String: String] = [:]
+        func keyedHash(_ hash: String) -> String {
+            if let known = keyed[hash] { return known }
+            let value = rekey(hash)
+            keyed[hash] = value
+            return value
         }
+        func stored(_ hash: String) -> String { replaced(hash, by: keyedHash(hash)) }
+        func holdsHash(_ text: String) -> Bool { text.utf8.count >= 64 && !Self.identifierHashRanges(in: text).isEmpty }
         func holdsHash(_ value: SignalValue) -> Bool {
             switch value {
-            case .string(let text): Self.isIdentifierHash(text)
-            case .strings(let texts): texts.contains(where: Self.isIdentifierHash)
+            case .string(let text): holdsHash(text)
+            case .strings(let texts): texts.contains(where: holdsHash)
             default: false
             }
         }
+        /// The text with each hash in it re-keyed; the text is what the report's JSON holds.
+        func storedText(_ text: String) -> String {
+            let ranges = Self.identifierHashRanges(in: text)
+            guard !ranges.isEmpty else { return text }
+            let bytes = Array(text.utf8)
+            var out: [UInt8] = []
+            var copied = 0
+            for range in ranges {
+                out += bytes[copied..<range.lowerBound]
+                out += keyedHash(String(decoding: bytes[range], as: UTF8.self)).utf8
+                copied = range.upperBound
+            }
+            out += bytes[copied...]
+            return replaced(text, by: String(decoding: out, as: UTF8.self))
+        }
         func signal(_ value: SignalValue) -> SignalValue {
             switch value {
-            case .string(let text) where Self.isIdentifierHash(text): .string(stored(text))
-            case .strings(let texts) where texts.contains(where: Self.isIdentifierHash):
-                .strings(texts.map { Self.isIdentifierHash($0) ? stored($0) : $0 })
+            case .string(let text): .string(storedText(text))
+            case .strings(let texts) where texts.contains(where: holdsHash): .strings(texts.map(storedText))
             default: value
             }
         }
@@ -162,17 +199,16 @@ package struct StoredIdentifierKeys: Sendable {
         }
         // A summary is `name:` and a hash's first 12 digits: the stored hash's, when a component
         // of the report has it; a summary naming no component is re-keyed on its own.
-        // Clients write 12-digit prefixes: those are looked up, any other length is searched for.
-        let full = replacements
+        // Clients write a hash's first 12 characters (all of a shorter one): those are looked up in
+        // one step; a prefix no component has is no summary of this report's (a search by prefix
+        // for each of thousands of made-up summaries cost seconds of CPU a request).
         var byPrefix: [Substring: String] = [:]
-        for (hash, value) in full where hash.utf8.count >= 12 { byPrefix[Substring(hash.utf8.prefix(12))] = value }
+        for (hash, value) in keyed { byPrefix[Substring(hash.utf8.prefix(12))] = value }
         func summary(_ part: String) -> String {
             guard let colon = part.utf8.lastIndex(of: UInt8(ascii: ":")) else {
                 return replaced(part, by: String(rekey("summary\n" + part).prefix(12)))
             }
-            let prefix = part[part.utf8.index(after: colon)...]
-            let known = prefix.utf8.count == 12 ? byPrefix[prefix]
-                : full.first { $0.key.hasPrefix(prefix) && !prefix.isEmpty }?.value
+            let known = byPrefix[part[part.utf8.index(after: colon)...]]
             return replaced(part, by: String(part[...colon]) + (known ?? rekey("summary\n" + part)).prefix(12))
         }
         func identifier(_ id: String) -> String { replaced(id, by: rekey(id)) }
@@ -209,8 +245,10 @@ extension StoredIdentifierKeys {
         // Without escapes a string ends at the next quote; member names (a quote, then a colon)
         // are never replaced. Only strings of a length some value has are looked up, and the
         // text between replacements is copied in runs: this runs on every stored request.
-        var lengths = [Bool](repeating: false, count: 257)
-        for value in replacements.keys where value.utf8.count < lengths.count { lengths[value.utf8.count] = true }
+        // Every length some value has: a value never looked up would leave its place unreplaced
+        // while another string's replacement made the count come out right.
+        var lengths = [Bool](repeating: false, count: (replacements.keys.map(\.utf8.count).max() ?? 0) + 1)
+        for value in replacements.keys { lengths[value.utf8.count] = true }
         var out: [UInt8] = []
         var replaced = 0
         let complete = raw.withUnsafeBufferPointer { text -> Bool in

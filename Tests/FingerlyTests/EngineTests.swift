@@ -566,6 +566,42 @@ extension EngineAnswer {
         }
     }
 
+    @Test func aSummaryIsLookedUpByTheTwelveCharactersClientsWrite() {
+        let keys = StoredIdentifierKeys(secret: Array(repeating: 7, count: 32))
+        let hasher = IdentifierHasher(organization: F.organization)
+        let hash = hasher.hash("uuid")
+        let components = [IdentityComponent(scope: .hardware, name: "dmi.product_uuid", hash: hash, worldReadable: false),
+                          IdentityComponent(scope: .hardware, name: "short", hash: "abc", worldReadable: false)]
+        let base = F.report(F.host())
+        let identity = HostIdentity(hardwareId: nil, hardwareIdVersion: 1, instanceId: nil, instanceIdVersion: 1,
+                                    hardwareComponents: [], instanceComponents: [],
+                                    rootOnlyEvidence: ["hardware/dmi.product_uuid:" + hash.prefix(12),
+                                                       "hardware/dmi.product_uuid:" + hash.prefix(11), "hardware/short:abc"])
+        let report = SignalReport(schemaVersion: base.schemaVersion, collectorVersion: base.collectorVersion,
+                                  collectedAt: base.collectedAt, tag: nil, root: base.root, tiers: base.tiers,
+                                  budgetMs: base.budgetMs, elapsedMs: base.elapsedMs,
+                                  probes: [ProbeEntry(id: "p", tier: .fast, status: .ok, durationMs: 1, detail: nil, issues: [],
+                                                      signals: [:], identityComponents: components)],
+                                  identity: identity, identifierKeying: nil, freeText: nil, prefetchedAgeMs: nil)
+        let stored = keys.rekeyed(report).identity.rootOnlyEvidence
+        #expect(stored[0] == "hardware/dmi.product_uuid:" + keys.rekey(hash).prefix(12))
+        #expect(stored[2] == "hardware/short:" + keys.rekey("abc").prefix(12))
+        // Eleven characters are no prefix a client writes: the summary is re-keyed on its own.
+        #expect(stored[1] == "hardware/dmi.product_uuid:" + keys.rekey("summary\n" + identity.rootOnlyEvidence[1]).prefix(12))
+    }
+
+    @Test func hashesInsideASignalsTextAreReKeyed() {
+        let keys = StoredIdentifierKeys(secret: Array(repeating: 7, count: 32))
+        let hash = String(repeating: "ab", count: 32)
+        #expect(StoredIdentifierKeys.identifierHashRanges(in: "eth0 \(hash)") == [5..<69])
+        #expect(StoredIdentifierKeys.identifierHashRanges(in: "x\(hash)").isEmpty)
+        #expect(StoredIdentifierKeys.identifierHashRanges(in: hash + "0").isEmpty)
+        #expect(StoredIdentifierKeys.identifierHashRanges(in: "\(hash),\(hash)") == [0..<64, 65..<129])
+        let report = F.report(F.host(), signals: ["net.permanent_macs": .strings(["eth0 \(hash)", "lo"])])
+        let kept = keys.rekeyed(report).probes.compactMap { $0.signals["net.permanent_macs"] }.first
+        #expect(kept == .strings(["eth0 \(keys.rekey(hash))", "lo"]))
+    }
+
     @Test func theReportTextIsReKeyedInPlaceOnlyWhenThatIsExactlyTheReKeyedReport() throws {
         let keys = StoredIdentifierKeys(secret: Array(repeating: 7, count: 32))
         let hasher = IdentifierHasher(organization: F.organization)

@@ -257,6 +257,9 @@ struct JudgedReportTests {
             (Self.replacing(#","report":{"#, with: #","report":{"future":{"a":[{"b":1,"b\u0000":2,"\u0062":3}]},"#),
              "report.future.a[0].b"),
             (Self.replacing(#","report":{"#, with: #","report":{"r\u006fot":"/x","#), "report.root"),
+            // Two probes with one id: the verdicts would judge the first, a reader might keep the last.
+            (try Self.body(submission, probes: submission.report.probes + [firstProbe], organization: "acme"),
+             "report.probes"),
         ]
         for (index, (body, path)) in cases.enumerated() {
             let key = "duplicate-\(index)"
@@ -269,6 +272,44 @@ struct JudgedReportTests {
             let valid = try server.identify(Self.collected, idempotencyKey: key)
             #expect(valid.status == 200, "\(valid.text)")
             #expect(try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(valid.body)).duplicate == false)
+        }
+    }
+
+    /// Every word of 64 lowercase hex digits in a text: what a keyed identifier hash looks like.
+    static func identifierHashes(in text: String) -> Set<String> {
+        let words = text.split { !($0.isASCII && ($0.isLetter || $0.isNumber)) }
+        return Set(words.filter { $0.count == 64 && $0.allSatisfy(\.isHexDigit) && $0.lowercased() == $0 }.map(String.init))
+    }
+
+    @Test func noHashTheClientSentSurvivesInTheStoredEvent() throws {
+        let server = try SigningServer("judged-no-client-hash")
+        let submission = try Self.submission()
+        let component = try #require(submission.report.probes.flatMap(\.identityComponents).first)
+        let serial = IdentifierHasher(organization: "acme").hash("serial-1")
+        // As the network and block probes write them: the device's name, then its hash.
+        let probes = submission.report.probes.enumerated().map { index, probe in
+            guard index == 0 else { return probe }
+            var signals = probe.signals
+            signals["net.permanent_macs"] = .strings(["eth0 \(component.hash)", "lo"])
+            signals["block.serials"] = .string("sda \(serial),sdb \(serial)")
+            return ProbeEntry(id: probe.id, tier: probe.tier, status: probe.status, durationMs: probe.durationMs,
+                              detail: probe.detail, issues: probe.issues, signals: signals,
+                              identityComponents: probe.identityComponents)
+        }
+        for (name, body) in [("collected", Self.collected),
+                             ("prefixed", try Self.body(submission, probes: probes, organization: "acme"))] {
+            let sent = Self.identifierHashes(in: String(decoding: body, as: UTF8.self))
+            #expect(!sent.isEmpty)
+            let answered = try server.identify(body)
+            #expect(answered.status == 200, "\(name): \(answered.text)")
+            let answer = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(answered.body))
+            let stored = try server.event(answer.requestId)
+            #expect(stored.status == 200)
+            let kept = Self.identifierHashes(in: stored.text)
+            #expect(kept.isDisjoint(with: sent), "\(name): \(kept.intersection(sent).sorted())")
+            if name == "prefixed" {
+                #expect(stored.text.contains("eth0 ") && stored.text.contains("sda "))
+            }
         }
     }
 
