@@ -38,6 +38,10 @@ package final class FailureLimiter: Sendable {
     private struct Failures {
         var all = 0
         var signed = 0
+        /// Requests admitted from this address signed by a device not admitted before.
+        var newDevices = 0
+        /// Requests admitted from this address with a verified device key.
+        var devices = 0
     }
 
     private struct Window {
@@ -51,10 +55,19 @@ package final class FailureLimiter: Sendable {
     }
 
     package let limit: Int
+    /// Requests a second from one address by devices this process has not admitted before, and
+    /// `devicesPerAddress` times that by any device: a device key costs nothing to make, so each
+    /// new one would otherwise bring a budget of its own.
+    package let newDeviceLimit: Int
+    /// Devices a busy address (a NAT) may hold at the rate limit each.
+    package static let devicesPerAddress = 10
     private let window = Mutex(Window())
     private let admitted = Mutex(Admitted())
 
-    package init(limit: Int) { self.limit = limit }
+    package init(limit: Int, newDeviceLimit: Int = .max) {
+        self.limit = limit
+        self.newDeviceLimit = newDeviceLimit
+    }
 
     /// Whether `peer` has used up its failures of the second `now` for this request: its next
     /// failure would be answered 429 without any store access. `device` is the request's verified
@@ -80,6 +93,29 @@ package final class FailureLimiter: Sendable {
             let address = tracked ? peer : Self.overflowAddress
             window.failures[address, default: Failures()].all += 1
             if signed { window.failures[address, default: Failures()].signed += 1 }
+        }
+    }
+
+    /// Counts a request of `device` from `peer` in the second `now` before its own budget is
+    /// spent; false, and it is to be refused, when the address has sent `newDeviceLimit` requests
+    /// by devices not admitted before, or `devicesPerAddress` times that by any, this second.
+    package func admitsDevice(peer: String, now: Int64, device: Device) -> Bool {
+        let known = wasAdmitted(device)
+        let (first, _) = newDeviceLimit.multipliedReportingOverflow(by: Self.devicesPerAddress)
+        let addressLimit = first < newDeviceLimit ? Int.max : first
+        return window.withLock { window in
+            if window.second != now {
+                window.second = now
+                window.failures.removeAll(keepingCapacity: true)
+            }
+            let tracked = window.failures[peer] != nil || window.failures.count < Self.trackedAddresses
+            let address = tracked ? peer : Self.overflowAddress
+            var counted = window.failures[address, default: Failures()]
+            guard counted.devices < addressLimit, known || counted.newDevices < newDeviceLimit else { return false }
+            counted.devices += 1
+            if !known { counted.newDevices += 1 }
+            window.failures[address] = counted
+            return true
         }
     }
 

@@ -51,7 +51,9 @@ package enum FingerlyServerCommand {
                                     postgres://user@host/db (PG* variables apply); --db too. Pending schema
                                     migrations are applied at start; a newer schema is refused
           --body-limit BYTES        Largest request body (default 1048576): larger is 413
-          --rate-limit N            Authenticated requests per second per key (default 100): more is 429
+          --rate-limit N            Authenticated identify requests per second per device key (per address when
+                                    unsigned), and per address from devices new to this process; events
+                                    requests per secret key (default 100): more is 429
           --retention-days N        Events older than this are purged at start and hourly (default 30; 0 keeps all)
           --visitor-retention-days N
                                     Visitors unseen for N days are purged, with their components and

@@ -28,7 +28,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         self.store = store
         self.engine = engine
         self.metrics = metrics
-        failures = FailureLimiter(limit: configuration.failureLimit)
+        failures = FailureLimiter(limit: configuration.failureLimit, newDeviceLimit: configuration.rateLimit)
         self.log = log
         self.clock = clock
         self.inFlight = inFlight
@@ -122,6 +122,13 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         // genuine devices may share it (FailureLimiter).
         let device = signing.deviceKeyID.map { FailureLimiter.Device(publicKey: key.text, keyID: $0) }
         if failures.isExhausted(peer: head.peer, now: now, device: device) { return failureLimited() }
+        // Each device has a budget of its own (below), and an address may not bring new devices
+        // faster than one device's budget: a key costs an attacker nothing to make.
+        if let device, !failures.admitsDevice(peer: head.peer, now: now, device: device) {
+            return .error(429, "rate_limited", "More than \(configuration.rateLimit) requests per second from new devices, "
+                            + "or \(configuration.rateLimit * FailureLimiter.devicesPerAddress) from all, at this address.",
+                          headers: [("Retry-After", "1")])
+        }
 
         // Admission shares the engine's first transaction (and commit) with the in-flight marker.
         // Only a request whose key is known and whose signature verified (or that the server
@@ -159,7 +166,11 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                 failedAuthentication = true
                 return .refused(Self.refusedMarker)
             }
-            if let limited = try rateLimited(tx, bucket: "identify:" + key.text, now: now) {
+            // A device's budget is its own, so a flood of other keys never spends it; without a
+            // signature (--allow-unsigned), the address's.
+            let bucket = "identify:" + key.text + (signing.deviceKeyID.map { ":device:" + $0 } ?? ":address:" + head.peer)
+            if let limited = try rateLimited(tx, bucket: bucket, spender: signing.deviceKeyID == nil ? "address" : "device",
+                                             now: now) {
                 refusal = limited
                 return .refused(Self.refusedMarker)
             }
@@ -305,7 +316,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                     return .failed(.error(402, "organization_not_accepting",
                                           "The organization is not accepting traffic."))
                 }
-                if let limited = try rateLimited(tx, bucket: "events:" + Self.hex(hash.prefix(16)), now: now) { return .refused(limited) }
+                if let limited = try rateLimited(tx, bucket: "events:" + Self.hex(hash.prefix(16)), spender: "key", now: now) { return .refused(limited) }
                 return .admitted(record.organization)
             }
         } catch {
@@ -336,10 +347,12 @@ package final class ServerRoutes: HTTPApplication, Sendable {
 
     /// Counts this request in the store's per-second window: a shared counter, so several
     /// server processes on one database enforce one limit together.
-    private func rateLimited(_ tx: any StoreTransaction, bucket: String, now: Int64) throws(StoreError) -> HTTPResponse? {
+    /// `spender` names whose budget it is in the answer: "device", "address" or "key".
+    private func rateLimited(_ tx: any StoreTransaction, bucket: String, spender: String,
+                             now: Int64) throws(StoreError) -> HTTPResponse? {
         let count = try tx.incrementCounter(bucket: bucket, window: now)
         guard count > configuration.rateLimit else { return nil }
-        return .error(429, "rate_limited", "More than \(configuration.rateLimit) requests per second for this key.",
+        return .error(429, "rate_limited", "More than \(configuration.rateLimit) requests per second for this \(spender).",
                       headers: [("Retry-After", "1")])
     }
 

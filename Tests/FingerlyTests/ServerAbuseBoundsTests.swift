@@ -90,6 +90,31 @@ struct AuthenticatedRateLimitTests {
         #expect(Int(limited?.split(separator: " ").last ?? "") ?? 0 > 0, "\(limited ?? "none")")
     }
 
+    /// Device keys cost nothing to make: a hundred requests each signed by a new one, within one
+    /// second, share the address's budget for new devices (20) with the genuine device's first
+    /// request, and the genuine device, admitted then, keeps its own budget of 20.
+    @Test func selfMadeDeviceKeysNeverSpendAGenuineDevicesBudget() throws {
+        let now: Int64 = 1_767_225_600
+        let harness = try ServerHarness(clock: { now }) { $0.rateLimit = 20; $0.failureLimit = 1_000 }
+        let (publicKey, _) = try harness.keys()
+        let genuine = try SigningDevice(harness, publicKey: publicKey)
+        #expect(try genuine.identify(created: now).status == 200)
+        var statuses: [Int: Int] = [:]
+        for _ in 0..<100 {
+            let answer = try SigningDevice(harness, publicKey: publicKey).identify(created: now)
+            statuses[answer.status, default: 0] += 1
+            if answer.status == 429 { #expect(answer.errorCode == "rate_limited" && answer.text.contains("new devices")) }
+        }
+        // The genuine device's first request was a new device's too.
+        #expect(statuses == [200: 19, 429: 81], "\(statuses)")
+        for index in 1..<20 {
+            let answered = try genuine.identify(created: now)
+            #expect(answered.status == 200, "request \(index + 1): \(answered.text)")
+        }
+        let limited = try genuine.identify(created: now)
+        #expect(limited.status == 429 && limited.text.contains("for this device"), "\(limited.text)")
+    }
+
     /// Junk with a bad signature never spends the key's budget: after ten of them within one
     /// second, the device still gets its three requests of a limit of three.
     @Test func requestsThatFailTheirSignatureDoNotCountAgainstTheKey() throws {
