@@ -8,6 +8,11 @@ func openStore(path: String, serving: Bool = false) throws(StoreError) -> any Id
     if PostgresStore.isURL(path) {
         return try PostgresStore(url: path)
     }
+    // A URL of another spelling (POSTGRES://, pgsql://, one slash) or a libpq keyword string is a
+    // mistake, not a file to create named after its password.
+    if path.contains(":/") || keywordPairs(path) {
+        throw StoreError("it is neither a SQLite path nor a URL that starts postgres:// or postgresql:// (lower case)")
+    }
     var options = SQLiteStore.Options()
     options.backgroundCheckpoints = serving
     return try SQLiteStore(path: path, options: options)
@@ -30,9 +35,17 @@ func schemaVersion(_ store: any IdentityStore) throws(StoreError) -> Int64 {
 /// userinfo's nor a `password` query parameter's (libpq reads both; it decodes the parameter's
 /// name, so `p%61ssword` is one too).
 func databaseLabel(_ path: String) -> String {
-    guard PostgresStore.isURL(path), let scheme = path.range(of: "://") else { return path }
-    var label = String(path[..<scheme.upperBound])
-    var rest = path[scheme.upperBound...]
+    // Any scheme, as any spelling of one: what is redacted is what could be a password.
+    guard let scheme = path.range(of: ":/") ?? path.range(of: "://") else {
+        guard keywordPairs(path) else { return path }
+        return path.split(separator: " ", omittingEmptySubsequences: false).map { pair in
+            guard let equals = pair.firstIndex(of: "="), pair[..<equals].lowercased().contains("pass") else { return String(pair) }
+            return pair[...equals] + "***"
+        }.joined(separator: " ")
+    }
+    let afterScheme = path[scheme.upperBound...].drop { $0 == "/" }.startIndex
+    var label = String(path[..<afterScheme])
+    var rest = path[afterScheme...]
     // libpq looks for the userinfo up to the first "/", a "?" included; a password may hold an
     // unencoded "/" all the same, so everything up to the last "@" is taken for the userinfo.
     if let at = rest.lastIndex(of: "@") {
@@ -49,4 +62,13 @@ func databaseLabel(_ path: String) -> String {
         return parameter[...equals] + "***"
     }
     return label + parameters.joined(separator: "&")
+}
+
+/// Whether a `--db` value reads as libpq's `keyword=value` pairs (`host=… password=…`).
+private func keywordPairs(_ value: String) -> Bool {
+    value.split(separator: " ").contains { pair in
+        guard let equals = pair.firstIndex(of: "=") else { return false }
+        let keyword = pair[..<equals].lowercased()
+        return ["host", "hostaddr", "port", "dbname", "user", "password", "passfile", "sslmode"].contains(keyword)
+    }
 }

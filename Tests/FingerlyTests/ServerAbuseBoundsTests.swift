@@ -383,7 +383,11 @@ struct SmallerServerHardeningTests {
                        "postgresql://app@127.0.0.1:1/fingerly?p%61ssword=S3cr%zzPassw0rd&sslmode=nonsense",
                        "postgresql://app:S3cr%41Passw0rd@127.0.0.1:1/fingerly?connect_timeout=1",
                        // An unencoded "/" in the password: libpq reads "S3cr" as the port and quotes it.
-                       "postgres://app:S3cr/Passw0rd@127.0.0.1:1/fingerly"]
+                       "postgres://app:S3cr/Passw0rd@127.0.0.1:1/fingerly",
+                       // Nearly right: neither a SQLite file named after the password nor the value printed.
+                       "POSTGRES://app:S3crPassw0rd@127.0.0.1:1/fingerly", " postgres://app:S3crPassw0rd@127.0.0.1:1/x",
+                       "postgres:/app:S3crPassw0rd@127.0.0.1:1/x", "pgsql://app:S3crPassw0rd@127.0.0.1:1/x",
+                       "\"postgres://app:S3crPassw0rd@127.0.0.1:1/x", "host=127.0.0.1 port=1 password=S3crPassw0rd"]
 
     static func leaks(_ text: String) -> Bool {
         ["S3cr", "Passw0rd", "S3crAPassw0rd"].contains { text.contains($0) }
