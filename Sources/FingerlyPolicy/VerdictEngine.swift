@@ -43,6 +43,14 @@ package struct VerdictEngine {
         self.absence = absence
     }
 
+    /// Whether a probe or a source that ended with `status` gave no evidence a verdict may rely on.
+    /// In a submitted report `absent` and `skipped` are only the sender's word: a sender claiming
+    /// them instead of `denied` would read cleaner, so they are missing evidence as `denied` is.
+    /// Where the collector's own word is trusted, `absent` is evidence (no DMI on a VM without it).
+    private func hidesEvidence(_ status: ProbeStatus) -> Bool {
+        status.hidesEvidence || (absence == .missingEvidence && (status == .absent || status == .skipped))
+    }
+
     package func evaluate(_ report: SignalReport) -> [VerdictName: Verdict] {
         // The first probe in report order that reports a signal gives its value, as
         // `SignalReport.signals` merges them.
@@ -107,11 +115,11 @@ package struct VerdictEngine {
                 }
                 let entry = report.probes[position]
                 let probe = entry.id
-                if entry.status.hidesEvidence {
+                if hidesEvidence(entry.status) {
                     missing.append(MissingEvidence(probe: probe, status: entry.status, message: BoundedText.bounded(
                         "probe '\(probe)' ended \(entry.status.rawValue): \(entry.detail ?? "no detail"); its evidence is missing",
                         limit: Self.missingEvidenceMessageLimit)))
-                } else if let issue = entry.issues.first(where: { $0.status.hidesEvidence }) {
+                } else if let issue = entry.issues.first(where: { hidesEvidence($0.status) }) {
                     // The probe ran, but one of its sources was unreadable (pid 1's environ is
                     // denied even to root in many containers): part of its evidence is missing.
                     missing.append(MissingEvidence(probe: probe, status: issue.status, message: BoundedText.bounded(
