@@ -356,8 +356,8 @@ package final class IdentityEngine: Sendable {
                 }
                 let resolution = resolveVisitor(observed, instanceHolders: holders, candidates: candidates)
                 var findings = resolution.findings
-                // A claim is answered as a visitor of its own and stores no visitor: the bound
-                // visitor's components, keys and later scores stay as they were.
+                // A claim is answered as a visitor of its own and stores nothing the bound visitor's
+                // host can find: its components, keys and later scores stay as they were.
                 let claimed = claimsWithoutKey(resolution, instanceHolders: holders, verifiedKeyID: deviceKeyID, rotatedFrom: rotatedFrom)
                 // A key that claimed a bound visitor before was settled as a visitor of its own, without
                 // identifiers (a reinstalled host, or an impostor: the server cannot tell): it is that
