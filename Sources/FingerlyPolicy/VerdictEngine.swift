@@ -115,10 +115,15 @@ package struct VerdictEngine {
                 }
                 let entry = report.probes[position]
                 let probe = entry.id
-                if hidesEvidence(entry.status) {
+                if entry.status.hidesEvidence {
                     missing.append(MissingEvidence(probe: probe, status: entry.status, message: BoundedText.bounded(
                         "probe '\(probe)' ended \(entry.status.rawValue): \(entry.detail ?? "no detail"); its evidence is missing",
                         limit: Self.missingEvidenceMessageLimit)))
+                } else if hidesEvidence(entry.status) {
+                    // Only the sender's word, and its detail is in the report: a short line, since a
+                    // collected report of a root tree claims a dozen of these.
+                    missing.append(MissingEvidence(probe: probe, status: entry.status,
+                                                   message: "probe '\(probe)' ended \(entry.status.rawValue); its evidence is missing"))
                 } else if let issue = entry.issues.first(where: { hidesEvidence($0.status) }) {
                     // The probe ran, but one of its sources was unreadable (pid 1's environ is
                     // denied even to root in many containers): part of its evidence is missing.
