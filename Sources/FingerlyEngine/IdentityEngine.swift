@@ -90,11 +90,15 @@ package final class IdentityEngine: Sendable {
     /// Longest requestId looked up; minted ones are 30 bytes.
     package static let requestIdByteLimit = 128
 
-    package init(store: any IdentityStore, policy: Policy, clientKeying: ClientIdentifierKeying = .organizationName) {
+    /// `collectedHere`: the local mode, whose reports this process collected itself; a server
+    /// takes no sender's word that a probe or source was `absent` or `skipped`.
+    package init(store: any IdentityStore, policy: Policy, clientKeying: ClientIdentifierKeying = .organizationName,
+                 collectedHere: Bool = false) {
         self.store = store
         self.policy = policy
         self.clientKeying = clientKeying
-        verdictEngine = VerdictEngine(policy: policy, catalogue: .embedded, absence: .missingEvidence)
+        verdictEngine = VerdictEngine(policy: policy, catalogue: .embedded,
+                                      absence: collectedHere ? .missingEvidenceCollectedHere : .missingEvidence)
         writer = AnswerWriter(policyName: policy.name)
     }
 
@@ -207,8 +211,8 @@ package final class IdentityEngine: Sendable {
         let verifiedKeyID = signatureVerified ? deviceKeyID.flatMap { $0.isEmpty || $0.utf8.count > Self.deviceKeyIDByteLimit ? nil : $0 } : nil
         let answer = process(organization: organization, key: idempotencyKey, body: body, bodyHash: bodyHash, createdAt: createdAt,
                              deviceKeyID: verifiedKeyID, signatureVerified: signatureVerified,
-                             rotatedFrom: verifiedKeyID == nil ? nil : rotatedFrom, keys: StoredIdentifierKeys(secret: secret),
-                             deviceStorageLimit: deviceStorageLimit, now: now)
+                             rotatedFrom: verifiedKeyID == nil ? nil : rotatedFrom,
+                             keys: StoredIdentifierKeys(secret: secret), deviceStorageLimit: deviceStorageLimit, now: now)
         if answer.status != 200 { release(organization: organization, key: idempotencyKey) }
         return answer
     }
@@ -364,10 +368,14 @@ package final class IdentityEngine: Sendable {
                 // visitor again, found by its key alone, and the claim is not news. Unsigned claims have
                 // no key to settle by.
                 var settled: VisitorRecord?
-                if claimed, let key = deviceKeyID { settled = try tx.unidentifiedVisitor(boundToKey: key, organization: organization) }
+                if claimed, let key = deviceKeyID {
+                    settled = try tx.unidentifiedVisitor(boundToKey: key, organization: organization)
+                }
                 if claimed && settled == nil { findings.insert(.identityClaimedWithoutKey, at: 0) }
-                // One device's events fill at most its share of the quota: its flood is refused, the others are answered.
-                if let limit = deviceStorageLimit, let device = claimed ? settled : resolution.matched, device.eventBytes >= limit {
+                // One device's events fill at most its share of the quota: its flood is refused, the
+                // others are answered.
+                if let limit = deviceStorageLimit, let device = claimed ? settled : resolution.matched,
+                   device.eventBytes >= limit {
                     return .error(507, "device_quota_exceeded", "This device's events take \(device.eventBytes) bytes, "
                         + "its share of the organization's quota is \(limit).")
                 }
@@ -408,8 +416,9 @@ package final class IdentityEngine: Sendable {
                 }
 
                 let joined = claimed ? settled != nil : resolution.matched != nil
-                let confidence = !claimed ? resolution.confidence
-                    : settled != nil ? ResolutionThresholds.settledClaimConfidence : ResolutionThresholds.claimConfidence
+                let claimConfidence = settled != nil ? ResolutionThresholds.settledClaimConfidence
+                    : ResolutionThresholds.claimConfidence
+                let confidence = claimed ? claimConfidence : resolution.confidence
                 let answer = IdentifyAnswer(requestId: requestId, visitorId: visitorId, visitorIsNew: !joined,
                                             visitorConfidence: confidence,
                                             identifiable: resolution.identifiable,

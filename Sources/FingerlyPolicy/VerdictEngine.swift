@@ -30,7 +30,11 @@ package struct VerdictEngine {
         /// A submitted report, whose sender may leave out whatever would count against it: every
         /// absent probe a verdict reads is missing evidence, exactly as one reported `denied`.
         /// The collector reports every probe of the tiers it ran, so an honest report loses nothing.
+        /// A probe the report says ended `absent` or `skipped` is missing evidence too: the sender's word.
         case missingEvidence
+        /// The local mode's engine judging the report this process collected: a probe left out is
+        /// missing evidence as for a submitted report, but `absent` and `skipped` are its own word.
+        case missingEvidenceCollectedHere
     }
 
     /// `probeTiers` names the tier of every probe in `signalOwners`: a probe absent from a report
@@ -102,7 +106,7 @@ package struct VerdictEngine {
                             + "which this run did not include; its evidence is missing"
                         missing.append(MissingEvidence(probe: probe, status: .skipped, message: BoundedText.bounded(
                             message, limit: Self.missingEvidenceMessageLimit)))
-                    } else if absence == .missingEvidence {
+                    } else if absence != .askedFor {
                         // Whatever tiers the report declares (none, or not this probe's): a
                         // probe that is not there gave no evidence, and its absence never reads
                         // cleaner than its denial.
@@ -122,8 +126,8 @@ package struct VerdictEngine {
                 } else if hidesEvidence(entry.status) {
                     // Only the sender's word, and its detail is in the report: a short line, since a
                     // collected report of a root tree claims a dozen of these.
-                    missing.append(MissingEvidence(probe: probe, status: entry.status,
-                                                   message: "probe '\(probe)' ended \(entry.status.rawValue); its evidence is missing"))
+                    let message = "probe '\(probe)' ended \(entry.status.rawValue); its evidence is missing"
+                    missing.append(MissingEvidence(probe: probe, status: entry.status, message: message))
                 } else if let issue = entry.issues.first(where: { hidesEvidence($0.status) }) {
                     // The probe ran, but one of its sources was unreadable (pid 1's environ is
                     // denied even to root in many containers): part of its evidence is missing.

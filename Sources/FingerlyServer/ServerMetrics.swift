@@ -111,8 +111,8 @@ package final class ServerMetrics: Sendable {
                 + "their address failed authentication too often.")
             lines.append("# TYPE fingerly_failure_limited_total counter")
             lines.append("fingerly_failure_limited_total \(state.failureLimited)")
-            lines.append("# HELP fingerly_device_quota_refused_total Identify requests refused 507 device_quota_exceeded: "
-                + "their device's events fill its share of the organization's quota.")
+            lines.append("# HELP fingerly_device_quota_refused_total Identify requests refused 507 "
+                + "device_quota_exceeded: their device's events fill its share of the organization's quota.")
             lines.append("# TYPE fingerly_device_quota_refused_total counter")
             lines.append("fingerly_device_quota_refused_total \(state.deviceQuotaRefused)")
             lines.append("# HELP fingerly_retention_purged_total Rows removed by retention: "
@@ -122,8 +122,8 @@ package final class ServerMetrics: Sendable {
                 lines.append("fingerly_retention_purged_total{kind=\"\(kind)\"} \(state.purged[kind, default: 0])")
             }
             if let storage {
-                lines.append("# HELP fingerly_store_event_bytes Bytes counted against storage quotas, all organizations together: "
-                    + "event documents as stored and visitor rows.")
+                lines.append("# HELP fingerly_store_event_bytes Bytes counted against storage quotas, all organizations "
+                    + "together: event documents as stored and visitor rows.")
                 lines.append("# TYPE fingerly_store_event_bytes gauge")
                 lines.append("fingerly_store_event_bytes \(storage.eventBytes)")
                 lines.append("# HELP fingerly_store_organizations_over_quota Organizations whose events fill their storage quota "

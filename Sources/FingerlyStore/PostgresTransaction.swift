@@ -277,7 +277,9 @@ final class PostgresTransaction: StoreTransaction {
                 RETURNING (xmax = 0)
                 """, [.text(visitor.id), .text(visitor.organization), .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId),
                       .integer(visitor.firstSeen), .integer(visitor.lastSeen)]) { $0.boolean(0) }
-            guard let new = inserted.first else { throw StoreError("visitor id \(visitor.id) belongs to another organization") }
+            guard let new = inserted.first else {
+                throw StoreError("visitor id \(visitor.id) belongs to another organization")
+            }
             if new { rowCost += StoreLimits.rowBytes(visitors: 1, components: 0, keys: 0) }
         }
         // The UPDATE above locked the visitor's row, but a row read before it (`previous`) may
@@ -304,7 +306,8 @@ final class PostgresTransaction: StoreTransaction {
             components += Int64(try connection.execute("""
                 INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES ($1, $2, $3, $4, $5)
                 ON CONFLICT DO NOTHING
-                """, [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name), .text(component.hash)]))
+                """, [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name),
+                      .text(component.hash)]))
         }
         for keyId in changes.removedKeys {
             keys -= Int64(try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = $1 AND key_id = $2",

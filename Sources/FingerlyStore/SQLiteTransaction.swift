@@ -257,15 +257,17 @@ final class SQLiteTransaction: StoreTransaction {
         for component in changes.addedComponents {
             components += Int64(try connection.execute(
                 "INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES (?1, ?2, ?3, ?4, ?5)",
-                [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name), .text(component.hash)]))
+                [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name),
+                 .text(component.hash)]))
         }
         for keyId in changes.removedKeys {
             keys -= Int64(try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = ?1 AND key_id = ?2",
                                                  [.text(visitor.id), .text(keyId)]))
         }
         for key in changes.addedKeys {
-            keys += Int64(try connection.execute("INSERT INTO visitor_device_keys (visitor_id, key_id, first_proven_at) VALUES (?1, ?2, ?3)",
-                                                 [.text(visitor.id), .text(key.keyId), .integer(key.firstProvenAt)]))
+            keys += Int64(try connection.execute(
+                "INSERT INTO visitor_device_keys (visitor_id, key_id, first_proven_at) VALUES (?1, ?2, ?3)",
+                [.text(visitor.id), .text(key.keyId), .integer(key.firstProvenAt)]))
         }
         // A returning visitor whose rows did not change costs no write here.
         rowCost += StoreLimits.rowBytes(visitors: 0, components: components, keys: keys)
@@ -294,7 +296,9 @@ final class SQLiteTransaction: StoreTransaction {
                    sum((SELECT count(*) FROM visitor_components AS c WHERE c.visitor_id = v.id)),
                    sum((SELECT count(*) FROM visitor_device_keys AS k WHERE k.visitor_id = v.id))
             FROM visitors AS v WHERE last_seen < ?1 GROUP BY organization
-            """, [.integer(cutoff)]) { ($0.text(0), StoreLimits.rowBytes(visitors: $0.integer(1), components: $0.integer(2), keys: $0.integer(3))) }
+            """, [.integer(cutoff)]) {
+                ($0.text(0), StoreLimits.rowBytes(visitors: $0.integer(1), components: $0.integer(2), keys: $0.integer(3)))
+            }
         for (organization, bytes) in costs where bytes != 0 { try addStoredBytes(-bytes, organization: organization) }
         // Components and device keys go with them (ON DELETE CASCADE, foreign keys are on).
         return try connection.execute("DELETE FROM visitors WHERE last_seen < ?1", [.integer(cutoff)])
@@ -346,7 +350,8 @@ final class SQLiteTransaction: StoreTransaction {
         for (organization, bytes) in expiring { try addStoredBytes(-bytes, organization: organization) }
         try open().execute("""
             UPDATE visitors SET event_bytes = max(0, event_bytes - expiring.bytes)
-            FROM (SELECT visitor_id, sum(length(document)) AS bytes FROM events WHERE received_at < ?1 GROUP BY visitor_id) AS expiring
+            FROM (SELECT visitor_id, sum(length(document)) AS bytes FROM events WHERE received_at < ?1 GROUP BY visitor_id)
+                AS expiring
             WHERE visitors.id = expiring.visitor_id
             """, [.integer(cutoff)])
         return try open().execute("DELETE FROM events WHERE received_at < ?1", [.integer(cutoff)])

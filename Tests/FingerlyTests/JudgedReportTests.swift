@@ -239,6 +239,31 @@ struct JudgedReportTests {
         #expect(judged.values.contains { verdict in verdict.missingEvidence.contains { $0.probe == absent.id && $0.status == .absent } })
     }
 
+    /// The local mode judges the report its own process collected: what a probe found `absent` is
+    /// evidence there (no DMI on a VM without it), while a server, given the same report, lists it
+    /// as missing evidence.
+    @Test func theLocalModeTakesItsOwnAbsentProbesAsEvidence() throws {
+        let state = try SubmissionCLITests.freshState("judged-local-absent")
+        let environment = ProcessInfo.processInfo.environment.merging(["FINGERLY_STATE_DIR": state]) { $1 }
+        let run = try runCLI(["--root", TestPaths.fixture("laptop-baremetal"), "--json"], environment: environment,
+                             removing: ["FINGERLY_API_KEY", "FINGERLY_ENDPOINT"])
+        #expect(run.status == 0, "\(run.standardError)")
+        let local = try run.identifyResult()
+        #expect(local.state == .local)
+        let absent = Set(local.report.probes.filter { $0.status == .absent }.map(\.id))
+        #expect(!absent.isEmpty)
+        for name in VerdictName.allCases {
+            let verdict = local.verdicts[name]
+            #expect(!verdict.missingEvidence.contains { absent.contains($0.probe) }, "\(name): \(verdict)")
+        }
+        let server = try SigningServer("judged-local-absent")
+        let response = try server.identify(Self.collected)
+        let verdicts = try #require(try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(response.body)).verdicts)
+        #expect(VerdictName.allCases.contains { name in
+            verdicts[name].missingEvidence.contains { $0.status == .absent }
+        })
+    }
+
     /// Declared tiers that leave out the probes present, or none at all, read no cleaner: every
     /// probe a verdict reads that is not in the report is missing evidence, whatever `tiers` says.
     @Test func declaredTiersThatDisagreeWithTheProbesReadNoCleaner() throws {
