@@ -16,111 +16,98 @@ struct AnswerWriter {
         policy = policyName.map(Self.string)
     }
 
-    /// The verdicts as a JSON value, as `Verdicts.encode(to:)` writes them.
-    static func verdicts(_ verdicts: Verdicts) -> [UInt8] {
-        var members: [(name: String, value: [UInt8])] = VerdictName.allCases.map { name in
-            (name.rawValue, verdict(verdicts[name]))
-        }
-        members.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
-        return object(members)
+    /// Verdict names in the order sorted keys give.
+    private static let sortedVerdictNames = VerdictName.allCases.sorted {
+        JSONBuffer.precedes($0.rawValue, $1.rawValue)
     }
 
-    private static func verdict(_ verdict: Verdict) -> [UInt8] {
-        // Already in sorted order; absent optionals left out as synthesized encoding does.
-        var members: [(name: String, value: [UInt8])] = [("confidence", string(verdict.confidence.rawValue))]
-        if let kind = verdict.kind { members.append(("kind", string(kind))) }
-        members.append(("missingEvidence", array(verdict.missingEvidence.map { missing in
-            object([("message", string(missing.message)), ("probe", string(missing.probe)), ("status", string(missing.status.rawValue))])
-        })))
-        members.append(("reasons", array(verdict.reasons.map { reason in
-            object([("code", string(reason.code)), ("confidence", string(reason.confidence.rawValue)), ("message", string(reason.message))])
-        })))
-        if let omitted = verdict.reasonsOmitted { members.append(("reasonsOmitted", Array(String(omitted).utf8))) }
-        members.append(("value", Array(String(verdict.value).utf8)))
-        return object(members)
+    /// The verdicts as a JSON value, as `Verdicts.encode(to:)` writes them.
+    static func verdicts(_ verdicts: Verdicts) -> [UInt8] {
+        var out = JSONBuffer(capacity: 4_096)
+        out.object { out in
+            for name in sortedVerdictNames { out.member(name.rawValue) { $0.verdict(verdicts[name]) } }
+        }
+        return out.bytes
     }
 
     /// The answer as `JSONEncoder.fingerly.encode(answer)` writes it, absent members left out.
     func answer(_ answer: IdentifyAnswer, verdicts: [UInt8]?) -> [UInt8] {
-        var members: [(name: String, value: [UInt8])] = common(answer, verdicts: verdicts, nulls: false)
-        members.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
-        return Self.object(members)
+        var out = JSONBuffer(capacity: (verdicts?.count ?? 0) + 512)
+        out.object { write(answer, verdicts: verdicts, event: nil, into: &$0) }
+        return out.bytes
     }
 
-    /// The stored event without its report, which the caller splices in as the last member:
-    /// absent members are written as null (docs/api.md lists them "or null").
+    /// What only the stored event has.
+    private struct EventMembers {
+        let receivedAt: Int64
+        let tag: String?
+        let signature: StoredEvent.Signature
+    }
+
+    /// The stored event, the report (already encoded) as its last member: absent members are
+    /// written as null (docs/api.md lists them "or null").
     func event(_ answer: IdentifyAnswer, verdicts: [UInt8]?, receivedAt: Int64, tag: String?,
                signature: StoredEvent.Signature, report: [UInt8]) -> [UInt8] {
-        var members = common(answer, verdicts: verdicts, nulls: true)
-        members.append(("receivedAt", Self.string(Self.iso8601(receivedAt))))
-        members.append(("tag", tag.map(Self.string) ?? Array("null".utf8)))
-        members.append(("signature", Self.object([("keyId", signature.keyId.map(Self.string) ?? Array("null".utf8)),
-                                                  ("verified", Array(String(signature.verified).utf8))])))
-        members.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
-        members.append(("report", report))
-        return Self.object(members)
+        var out = JSONBuffer(capacity: (verdicts?.count ?? 0) + report.count + 768)
+        out.object {
+            let members = EventMembers(receivedAt: receivedAt, tag: tag, signature: signature)
+            write(answer, verdicts: verdicts, event: members, into: &$0)
+            $0.member("report") { $0.encoded(report) }
+        }
+        return out.bytes
     }
 
-    private func common(_ answer: IdentifyAnswer, verdicts: [UInt8]?, nulls: Bool) -> [(name: String, value: [UInt8])] {
-        var members: [(name: String, value: [UInt8])] = [
-            ("duplicate", Array(String(answer.duplicate).utf8)),
-            ("identifiable", Array(String(answer.identifiable).utf8)),
-            ("requestId", Self.string(answer.requestId)),
-            ("visitorConfidence", Array(String(answer.visitorConfidence).utf8)),
-            ("visitorId", Self.string(answer.visitorId)),
-            ("visitorIsNew", Array(String(answer.visitorIsNew).utf8)),
-        ]
-        let triggers = answer.triggers.map { list in
-            Self.array(list.map { trigger in
-                Self.object([("confidence", Self.string(trigger.confidence.rawValue)), ("group", Self.string(trigger.group)),
-                             ("signal", Self.string(trigger.signal)), ("weight", Array(String(trigger.weight).utf8))])
-            })
-        }
-        let optional: [(String, [UInt8]?)] = [
-            ("policy", answer.policy == nil ? nil : policy ?? answer.policy.map(Self.string)),
-            ("suspectLevel", answer.suspectLevel.map { Self.string($0.rawValue) }),
-            ("suspectScore", answer.suspectScore.map { Array(String($0).utf8) }),
-            ("triggers", triggers),
-            ("verdicts", answer.verdicts == nil ? nil : verdicts),
-        ]
-        for (name, value) in optional {
-            if let value {
-                members.append((name, value))
+    /// The members of an answer, and of an event when `event` is given, in sorted order.
+    private func write(_ answer: IdentifyAnswer, verdicts: [UInt8]?, event: EventMembers?, into out: inout JSONBuffer) {
+        let nulls = event != nil
+        func optional(_ name: String, _ present: Bool, absent: StaticString = "null",
+                      _ value: (inout JSONBuffer) -> Void) {
+            if present {
+                out.member(name, value)
             } else if nulls {
-                members.append((name, Array((name == "triggers" ? "[]" : "null").utf8)))
+                out.member(name) { $0.literal(absent) }
             }
         }
-        return members
-    }
-
-    private static func object(_ members: [(name: String, value: [UInt8])]) -> [UInt8] {
-        var bytes: [UInt8] = [UInt8(ascii: "{")]
-        for (offset, member) in members.enumerated() {
-            if offset > 0 { bytes.append(UInt8(ascii: ",")) }
-            bytes += string(member.name)
-            bytes.append(UInt8(ascii: ":"))
-            bytes += member.value
+        out.member("duplicate") { $0.bool(answer.duplicate) }
+        out.member("identifiable") { $0.bool(answer.identifiable) }
+        optional("policy", answer.policy != nil) { out in
+            if let policy { out.encoded(policy) } else if let name = answer.policy { out.string(name) }
         }
-        bytes.append(UInt8(ascii: "}"))
-        return bytes
-    }
-
-    private static func array(_ items: [[UInt8]]) -> [UInt8] {
-        var bytes: [UInt8] = [UInt8(ascii: "[")]
-        for (offset, item) in items.enumerated() {
-            if offset > 0 { bytes.append(UInt8(ascii: ",")) }
-            bytes += item
+        if let event { out.member("receivedAt") { $0.string(Self.iso8601(event.receivedAt)) } }
+        out.member("requestId") { $0.string(answer.requestId) }
+        if let event {
+            out.member("signature") { out in
+                out.object {
+                    $0.member("keyId") { $0.stringOrNull(event.signature.keyId) }
+                    $0.member("verified") { $0.bool(event.signature.verified) }
+                }
+            }
         }
-        bytes.append(UInt8(ascii: "]"))
-        return bytes
+        optional("suspectLevel", answer.suspectLevel != nil) { $0.string(answer.suspectLevel?.rawValue ?? "") }
+        optional("suspectScore", answer.suspectScore != nil) { $0.integer(answer.suspectScore ?? 0) }
+        if let event { out.member("tag") { $0.stringOrNull(event.tag) } }
+        optional("triggers", answer.triggers != nil, absent: "[]") { out in
+            out.array(answer.triggers ?? []) { out, trigger in
+                out.object {
+                    $0.member("confidence") { $0.string(trigger.confidence.rawValue) }
+                    $0.member("group") { $0.string(trigger.group) }
+                    $0.member("signal") { $0.string(trigger.signal) }
+                    $0.member("weight") { $0.integer(trigger.weight) }
+                }
+            }
+        }
+        optional("verdicts", answer.verdicts != nil && verdicts != nil) { $0.encoded(verdicts ?? []) }
+        out.member("visitorConfidence") { $0.integer(answer.visitorConfidence) }
+        out.member("visitorId") { $0.string(answer.visitorId) }
+        out.member("visitorIsNew") { $0.bool(answer.visitorIsNew) }
     }
 
     /// A JSON string: printable ASCII without a quote or backslash as is, anything else as
     /// JSONEncoder escapes it.
     static func string(_ text: String) -> [UInt8] {
-        let plain = text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
-        if plain { return [UInt8(ascii: "\"")] + Array(text.utf8) + [UInt8(ascii: "\"")] }
-        return (try? JSONEncoder.fingerly.encode(text)).map(Array.init) ?? Array(#""""#.utf8)
+        var out = JSONBuffer(capacity: text.utf8.count + 2)
+        out.string(text)
+        return out.bytes
     }
 
     /// `YYYY-MM-DDTHH:MM:SSZ` for Unix seconds, as `.iso8601` writes a whole second; outside
@@ -148,5 +135,35 @@ struct AnswerWriter {
         }
         return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(secondOfDay / 3_600, 2)):"
             + "\(pad(secondOfDay % 3_600 / 60, 2)):\(pad(secondOfDay % 60, 2))Z"
+    }
+}
+
+extension JSONBuffer {
+    /// One verdict, as synthesized encoding writes it: absent optionals left out.
+    fileprivate mutating func verdict(_ verdict: Verdict) {
+        object {
+            $0.member("confidence") { $0.string(verdict.confidence.rawValue) }
+            if let kind = verdict.kind { $0.member("kind") { $0.string(kind) } }
+            $0.member("missingEvidence") {
+                $0.array(verdict.missingEvidence) { out, missing in
+                    out.object {
+                        $0.member("message") { $0.string(missing.message) }
+                        $0.member("probe") { $0.string(missing.probe) }
+                        $0.member("status") { $0.string(missing.status.rawValue) }
+                    }
+                }
+            }
+            $0.member("reasons") {
+                $0.array(verdict.reasons) { out, reason in
+                    out.object {
+                        $0.member("code") { $0.string(reason.code) }
+                        $0.member("confidence") { $0.string(reason.confidence.rawValue) }
+                        $0.member("message") { $0.string(reason.message) }
+                    }
+                }
+            }
+            if let omitted = verdict.reasonsOmitted { $0.member("reasonsOmitted") { $0.integer(omitted) } }
+            $0.member("value") { $0.bool(verdict.value) }
+        }
     }
 }

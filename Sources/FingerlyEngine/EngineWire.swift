@@ -15,7 +15,8 @@ extension EngineAnswer {
     static func badRequest(_ message: String) -> EngineAnswer { .error(400, "bad_request", message) }
     static let notFound = EngineAnswer.error(404, "not_found", "No event with this requestId for this organization.")
     static let inProgress = EngineAnswer.error(409, "request_in_progress", "A request with this idempotency key is still being processed.")
-    static let keyReused = EngineAnswer.error(422, "idempotency_key_reused", "This idempotency key was used with a different body.")
+    static let keyReused = EngineAnswer.error(422, "idempotency_key_reused",
+                                              "This idempotency key was used with a different body or another device key.")
 
     /// A store failure: 503 when the same call may succeed later, else 500. The store's own
     /// message stays in the server's log, never in an answer.

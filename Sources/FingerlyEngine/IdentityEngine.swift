@@ -173,7 +173,10 @@ package final class IdentityEngine: Sendable {
                           rotatedFrom: String? = nil, now: Int64,
                           admit: (any StoreTransaction) throws(StoreError) -> Admission) -> EngineAnswer {
         let keyIsValid = !idempotencyKey.isEmpty && idempotencyKey.utf8.count <= Self.idempotencyKeyByteLimit
-        let bodyHash = EngineWire.sha256(body)
+        // Only a verified keyid is the sender's; an unverified one is whatever it wrote.
+        let verifiedKeyID = signatureVerified
+            ? deviceKeyID.flatMap { $0.isEmpty || $0.utf8.count > Self.deviceKeyIDByteLimit ? nil : $0 } : nil
+        let binding = IdempotencyBinding(body: body, deviceKeyID: verifiedKeyID, rotatedFrom: rotatedFrom)
 
         // 1. The in-flight marker commits on its own, before any work: a second attempt with
         // the same key sees it from any process.
@@ -191,7 +194,7 @@ package final class IdentityEngine: Sendable {
                 guard keyIsValid else {
                     return .answer(.badRequest("The Idempotency-Key is empty or longer than \(Self.idempotencyKeyByteLimit) bytes."))
                 }
-                return try self.begin(tx, organization: organization, key: idempotencyKey, bodyHash: bodyHash, now: now)
+                return try self.begin(tx, organization: organization, key: idempotencyKey, binding: binding, now: now)
             }
         } catch {
             return .storeFailure(error)
@@ -207,9 +210,8 @@ package final class IdentityEngine: Sendable {
         }
         identifierSecrets.withLock { $0[organization] = secret }
 
-        // Only a verified keyid is the sender's; an unverified one is whatever it wrote.
-        let verifiedKeyID = signatureVerified ? deviceKeyID.flatMap { $0.isEmpty || $0.utf8.count > Self.deviceKeyIDByteLimit ? nil : $0 } : nil
-        let answer = process(organization: organization, key: idempotencyKey, body: body, bodyHash: bodyHash, createdAt: createdAt,
+        let answer = process(organization: organization, key: idempotencyKey, body: body, binding: binding,
+                             createdAt: createdAt,
                              deviceKeyID: verifiedKeyID, signatureVerified: signatureVerified,
                              rotatedFrom: verifiedKeyID == nil ? nil : rotatedFrom,
                              keys: StoredIdentifierKeys(secret: secret), deviceStorageLimit: deviceStorageLimit, now: now)
@@ -231,10 +233,11 @@ package final class IdentityEngine: Sendable {
         return secret
     }
 
-    private func begin(_ tx: any StoreTransaction, organization: String, key: String, bodyHash: [UInt8], now: Int64) throws(StoreError) -> Step {
+    private func begin(_ tx: any StoreTransaction, organization: String, key: String, binding: IdempotencyBinding,
+                       now: Int64) throws(StoreError) -> Step {
         if let record = try tx.idempotency(organization: organization, key: key),
            !Self.expired(record.createdAt, now: now) {
-            guard record.bodyHash == bodyHash else { return .answer(.keyReused) }
+            guard binding.matches(record.bodyHash) else { return .answer(.keyReused) }
             switch record.state {
             case .complete:
                 return .answer(replay(record))
@@ -247,7 +250,8 @@ package final class IdentityEngine: Sendable {
                 return .proceed(createdAt: record.createdAt)
             }
         }
-        try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: bodyHash, state: .inFlight,
+        try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: binding.hash,
+                                                state: .inFlight,
                                                 response: nil, status: nil, createdAt: now, updatedAt: now))
         return .proceed(createdAt: now)
     }
@@ -281,7 +285,8 @@ package final class IdentityEngine: Sendable {
         }
     }
 
-    private func process(organization: String, key: String, body: [UInt8], bodyHash: [UInt8], createdAt: Int64,
+    private func process(organization: String, key: String, body: [UInt8], binding: IdempotencyBinding,
+                         createdAt: Int64,
                          deviceKeyID: String?, signatureVerified: Bool, rotatedFrom: String?, keys: StoredIdentifierKeys,
                          deviceStorageLimit: Int64?, now: Int64) -> EngineAnswer {
         // 2. The body.
@@ -311,7 +316,8 @@ package final class IdentityEngine: Sendable {
             return .error(400, "identity_mismatch", "Field '\(field)' is not what the report's identity components derive.")
         }
         // Everything kept from here on is keyed with the organization's secret.
-        let storedReport = keys.rekeyed(report)
+        let rekeying = keys.rekeying(report)
+        let storedReport = rekeying.report
 
         // 3. Judged here from the signals, whatever verdicts a client may claim.
         let verdicts = Verdicts(verdictEngine.evaluate(report))
@@ -321,7 +327,7 @@ package final class IdentityEngine: Sendable {
         // never gets here, one no type reads is not kept (storage at the sender's pace otherwise),
         // and the client's identifiers are replaced by the server's. When the reader found the
         // client's bytes canonical already, only the re-keyed values are replaced in them.
-        let judgedReport = canonicalRange.flatMap { keys.rekeyed(reportText: body[$0], of: report, stored: storedReport) }
+        let judgedReport = canonicalRange.flatMap { keys.rekeyed(reportText: body[$0], of: report, rekeying: rekeying) }
             ?? ReportWriter.report(storedReport)
         // Free-form signals would let one request keep most of a megabyte for the retention period.
         guard judgedReport.count <= Self.storedReportByteLimit else {
@@ -339,7 +345,7 @@ package final class IdentityEngine: Sendable {
                 // Another attempt with this key (one that took over a stale marker) may have
                 // finished meanwhile: its answer stands, nothing is stored twice.
                 if let record = try tx.idempotency(organization: organization, key: key), record.state == .complete,
-                   record.bodyHash == bodyHash, !Self.expired(record.createdAt, now: now) {
+                   binding.matches(record.bodyHash), !Self.expired(record.createdAt, now: now) {
                     return self.replay(record)
                 }
                 // Other processes may resolve the same host at this moment: the lock makes a
@@ -430,7 +436,8 @@ package final class IdentityEngine: Sendable {
                                                  report: judgedReport)
                 try tx.insertEvent(EventRecord(requestId: requestId, organization: organization, visitorId: visitorId,
                                                receivedAt: now, document: document))
-                try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: bodyHash, state: .complete,
+                try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: binding.hash,
+                                                        state: .complete,
                                                         response: answerBytes, status: 200, createdAt: createdAt, updatedAt: now))
                 return EngineAnswer(status: 200, body: answerBytes, code: nil, unknownMembersDropped: unknownMembers)
             }

@@ -3,6 +3,9 @@ import FingerlyHost
 import FingerlyModel
 import FingerlyProbes
 import FingerlyStore
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// How the engine recomputes a report's identifiers from its components: the key the client
 /// hashed them under. A server's clients key by their API key's organization (public inside
@@ -24,15 +27,15 @@ package enum ClientIdentifierKeying: Sendable {
 enum IdentityDerivationCheck {
     /// The identifier field that does not derive from the report's components; nil when both do.
     static func underivedField(_ report: SignalReport, hasher: IdentifierHasher) -> String? {
-        let derived = HostIdentity.derive(from: report.probes.flatMap(\.identityComponents), hasher: hasher)
+        let derived = HostIdentity.derivedIdentifiers(from: report.probes.flatMap(\.identityComponents), hasher: hasher)
         let identity = report.identity
         // A version this server does not derive is no identifier it can check.
         if identity.instanceId != derived.instanceId
-            || (identity.instanceId != nil && identity.instanceIdVersion != derived.instanceIdVersion) {
+            || (identity.instanceId != nil && identity.instanceIdVersion != HostIdentity.instanceIdVersion) {
             return "report.identity.instanceId"
         }
         if identity.hardwareId != derived.hardwareId
-            || (identity.hardwareId != nil && identity.hardwareIdVersion != derived.hardwareIdVersion) {
+            || (identity.hardwareId != nil && identity.hardwareIdVersion != HostIdentity.hardwareIdVersion) {
             return "report.identity.hardwareId"
         }
         return nil
@@ -74,9 +77,15 @@ package struct StoredIdentifierKeys: Sendable {
         return digest
     }
 
+    private static let domain = Array("fingerly-stored-identifier-v1\n".utf8)
+
     /// The stored form of one client value: HMAC-SHA256 under the secret, 64 lowercase hex digits.
     package func rekey(_ value: String) -> String {
-        let inner = Self.sha256(innerPad + Array("fingerly-stored-identifier-v1\n\(value)".utf8))
+        var message = innerPad
+        message.reserveCapacity(innerPad.count + Self.domain.count + value.utf8.count)
+        message += Self.domain
+        message += value.utf8
+        let inner = Self.sha256(message)
         let digest = Self.sha256(outerPad + inner)
         let hex = Array("0123456789abcdef".utf8)
         var text: [UInt8] = []
@@ -96,13 +105,33 @@ package struct StoredIdentifierKeys: Sendable {
 
     /// The report as the server keeps it: identifiers, component hashes, the `name:prefix`
     /// summaries and identifier hashes among the signals re-keyed, everything else as judged.
-    package func rekeyed(_ report: SignalReport) -> SignalReport {
-        var full: [String: String] = [:]
+    package func rekeyed(_ report: SignalReport) -> SignalReport { rekeying(report).report }
+
+    /// A re-keyed report and what re-keying replaced in it: each client value with its stored
+    /// value, and how many places of the report hold one (what an in-place rewrite of the
+    /// report's text must find, no more and no fewer).
+    package struct Rekeying: Sendable {
+        package let report: SignalReport
+        let replacements: [String: String]
+        let places: Int
+        /// Two places of one value were given two stored values (a component hash spelled like
+        /// a summary): no rewrite of the text by value can be right.
+        let ambiguous: Bool
+    }
+
+    package func rekeying(_ report: SignalReport) -> Rekeying {
+        // Value → stored value; until the summaries and identifiers are added below it holds
+        // only component and signal hashes, which is all `stored` and the summaries look up.
+        var replacements: [String: String] = [:]
+        var places = 0
+        var ambiguous = false
+        func replaced(_ value: String, by stored: String) -> String {
+            if let earlier = replacements.updateValue(stored, forKey: value), earlier != stored { ambiguous = true }
+            places += 1
+            return stored
+        }
         func stored(_ hash: String) -> String {
-            if let known = full[hash] { return known }
-            let value = rekey(hash)
-            full[hash] = value
-            return value
+            replaced(hash, by: replacements[hash] ?? rekey(hash))
         }
         func holdsHash(_ value: SignalValue) -> Bool {
             switch value {
@@ -133,23 +162,32 @@ package struct StoredIdentifierKeys: Sendable {
         }
         // A summary is `name:` and a hash's first 12 digits: the stored hash's, when a component
         // of the report has it; a summary naming no component is re-keyed on its own.
+        // Clients write 12-digit prefixes: those are looked up, any other length is searched for.
+        let full = replacements
+        var byPrefix: [Substring: String] = [:]
+        for (hash, value) in full where hash.utf8.count >= 12 { byPrefix[Substring(hash.utf8.prefix(12))] = value }
         func summary(_ part: String) -> String {
-            guard let colon = part.lastIndex(of: ":") else { return String(rekey("summary\n" + part).prefix(12)) }
-            let prefix = part[part.index(after: colon)...]
-            let known = full.first { $0.key.hasPrefix(prefix) && !prefix.isEmpty }?.value ?? rekey("summary\n" + part)
-            return String(part[...colon]) + known.prefix(12)
+            guard let colon = part.utf8.lastIndex(of: UInt8(ascii: ":")) else {
+                return replaced(part, by: String(rekey("summary\n" + part).prefix(12)))
+            }
+            let prefix = part[part.utf8.index(after: colon)...]
+            let known = prefix.utf8.count == 12 ? byPrefix[prefix]
+                : full.first { $0.key.hasPrefix(prefix) && !prefix.isEmpty }?.value
+            return replaced(part, by: String(part[...colon]) + (known ?? rekey("summary\n" + part)).prefix(12))
         }
+        func identifier(_ id: String) -> String { replaced(id, by: rekey(id)) }
         let identity = report.identity
-        let storedIdentity = HostIdentity(hardwareId: identity.hardwareId.map(rekey), hardwareIdVersion: identity.hardwareIdVersion,
-                                          instanceId: identity.instanceId.map(rekey), instanceIdVersion: identity.instanceIdVersion,
+        let storedIdentity = HostIdentity(hardwareId: identity.hardwareId.map(identifier), hardwareIdVersion: identity.hardwareIdVersion,
+                                          instanceId: identity.instanceId.map(identifier), instanceIdVersion: identity.instanceIdVersion,
                                           hardwareComponents: identity.hardwareComponents.map(summary),
                                           instanceComponents: identity.instanceComponents.map(summary),
                                           rootOnlyEvidence: identity.rootOnlyEvidence.map(summary))
-        return SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion,
-                            collectedAt: report.collectedAt, tag: report.tag, root: report.root, tiers: report.tiers,
-                            budgetMs: report.budgetMs, elapsedMs: report.elapsedMs, probes: probes, identity: storedIdentity,
-                            identifierKeying: report.identifierKeying, freeText: report.freeText,
-                            prefetchedAgeMs: report.prefetchedAgeMs)
+        let stored = SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion,
+                                  collectedAt: report.collectedAt, tag: report.tag, root: report.root, tiers: report.tiers,
+                                  budgetMs: report.budgetMs, elapsedMs: report.elapsedMs, probes: probes, identity: storedIdentity,
+                                  identifierKeying: report.identifierKeying, freeText: report.freeText,
+                                  prefetchedAgeMs: report.prefetchedAgeMs)
+        return Rekeying(report: stored, replacements: replacements, places: places, ambiguous: ambiguous)
     }
 }
 
@@ -159,66 +197,70 @@ extension StoredIdentifierKeys {
     /// nil, and the caller encodes, when the text holds an escape (a value could hide behind it)
     /// or holds any of the values elsewhere than where the report has them (a duplicate member,
     /// a tag equal to a component hash): the replacements must be exactly those.
-    /// `stored` is `rekeyed(report)`, when the caller has it.
-    package func rekeyed(reportText raw: ArraySlice<UInt8>, of report: SignalReport, stored known: SignalReport? = nil) -> [UInt8]? {
-        guard !raw.contains(UInt8(ascii: "\\")) else { return nil }
-        var replacements: [String: String] = [:]
-        var expected = 0
-        func note(_ value: String, _ stored: String) {
-            replacements[value] = stored
-            expected += 1
+    /// `rekeying` is `rekeying(report)`, when the caller has it.
+    package func rekeyed(reportText raw: ArraySlice<UInt8>, of report: SignalReport, rekeying known: Rekeying? = nil) -> [UInt8]? {
+        let escaped = raw.withUnsafeBufferPointer { text in
+            text.baseAddress.map { memchr($0, Int32(UInt8(ascii: "\\")), text.count) != nil } ?? false
         }
-        let stored = known ?? rekeyed(report)
-        for (probe, kept) in zip(report.probes, stored.probes) {
-            for (component, keptComponent) in zip(probe.identityComponents, kept.identityComponents) {
-                note(component.hash, keptComponent.hash)
-            }
-            for (name, value) in probe.signals {
-                switch (value, kept.signals[name]) {
-                case (.string(let text), .string(let keptText)?) where text != keptText: note(text, keptText)
-                case (.strings(let texts), .strings(let keptTexts)?):
-                    for (text, keptText) in zip(texts, keptTexts) where text != keptText { note(text, keptText) }
-                default: break
-                }
-            }
-        }
-        let identity = report.identity, keptIdentity = stored.identity
-        if let id = identity.instanceId, let kept = keptIdentity.instanceId { note(id, kept) }
-        if let id = identity.hardwareId, let kept = keptIdentity.hardwareId { note(id, kept) }
-        for (parts, keptParts) in [(identity.hardwareComponents, keptIdentity.hardwareComponents),
-                                   (identity.instanceComponents, keptIdentity.instanceComponents),
-                                   (identity.rootOnlyEvidence, keptIdentity.rootOnlyEvidence)] {
-            for (part, keptPart) in zip(parts, keptParts) { note(part, keptPart) }
-        }
+        guard !escaped else { return nil }
+        let rekeying = known ?? self.rekeying(report)
+        guard !rekeying.ambiguous else { return nil }
+        let replacements = rekeying.replacements, expected = rekeying.places
         // Without escapes a string ends at the next quote; member names (a quote, then a colon)
-        // are never replaced. Only strings of a length some value has are looked up.
-        let lengths = Set(replacements.keys.map(\.utf8.count))
+        // are never replaced. Only strings of a length some value has are looked up, and the
+        // text between replacements is copied in runs: this runs on every stored request.
+        var lengths = [Bool](repeating: false, count: 257)
+        for value in replacements.keys where value.utf8.count < lengths.count { lengths[value.utf8.count] = true }
         var out: [UInt8] = []
-        out.reserveCapacity(raw.count)
         var replaced = 0
-        var index = raw.startIndex
-        while index < raw.endIndex {
-            let byte = raw[index]
-            guard byte == UInt8(ascii: "\"") else {
-                out.append(byte)
-                index += 1
-                continue
+        let complete = raw.withUnsafeBufferPointer { text -> Bool in
+            guard let start = text.baseAddress else { return true }
+            out.reserveCapacity(text.count + 64)
+            let quote = UInt8(ascii: "\""), colon = UInt8(ascii: ":")
+            // Eight bytes at a time: most of a report's bytes lie between quotes, and a call to
+            // memchr for each of its few hundred strings cost more than the search.
+            func nextQuote(from index: Int) -> Int? {
+                var index = index
+                let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+                while index + 8 <= text.count {
+                    let word = UInt64(littleEndian: UnsafeRawPointer(start + index).loadUnaligned(as: UInt64.self))
+                    let quotes = word ^ (ones &* UInt64(quote))
+                    // The lowest high bit set marks the first byte that is a quote (later ones may be false).
+                    let found = (quotes &- ones) & ~quotes & highs
+                    if found != 0 { return index + found.trailingZeroBitCount / 8 }
+                    index += 8
+                }
+                while index < text.count {
+                    if text[index] == quote { return index }
+                    index += 1
+                }
+                return nil
             }
-            guard let close = raw[(index + 1)...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
-            let text = raw[(index + 1)..<close]
-            var after = close + 1
-            while after < raw.endIndex, [0x20, 0x09, 0x0A, 0x0D].contains(raw[after]) { after += 1 }
-            let isName = after < raw.endIndex && raw[after] == UInt8(ascii: ":")
-            if !isName, lengths.contains(text.count), let replacement = replacements[String(decoding: text, as: UTF8.self)] {
-                out.append(UInt8(ascii: "\""))
-                out.append(contentsOf: replacement.utf8)
-                out.append(UInt8(ascii: "\""))
-                replaced += 1
-            } else {
-                out.append(contentsOf: raw[index...close])
+            var copied = 0
+            var open = nextQuote(from: 0)
+            while let opening = open {
+                guard let close = nextQuote(from: opening + 1) else { return false }
+                let length = close - opening - 1
+                if length < lengths.count, lengths[length] {
+                    var after = close + 1
+                    while after < text.count, text[after] == 0x20 || text[after] == 0x09 || text[after] == 0x0A || text[after] == 0x0D {
+                        after += 1
+                    }
+                    let isName = after < text.count && text[after] == colon
+                    if !isName, let replacement = replacements[String(decoding: UnsafeBufferPointer(start: start + opening + 1, count: length),
+                                                                      as: UTF8.self)] {
+                        out.append(contentsOf: UnsafeBufferPointer(rebasing: text[copied...opening]))
+                        out.append(contentsOf: replacement.utf8)
+                        copied = close
+                        replaced += 1
+                    }
+                }
+                open = nextQuote(from: close + 1)
             }
-            index = close + 1
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: text[copied...]))
+            return true
         }
+        guard complete else { return nil }
         return replaced == expected ? out : nil
     }
 }

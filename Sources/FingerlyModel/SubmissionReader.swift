@@ -436,12 +436,41 @@ package struct SubmissionReader {
               let value = Double(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)),
               value.isFinite else { throw Deviation() }
         if canonical {
-            // JSONEncoder writes the shortest form, an integral value without its ".0".
-            var shortest = value.description
-            if shortest.hasSuffix(".0") { shortest.removeLast(2) }
-            if !shortest.utf8.elementsEqual(UnsafeBufferPointer(rebasing: bytes[start..<index])) { canonical = false }
+            let text = UnsafeBufferPointer(rebasing: bytes[start..<index])
+            if let shortest = Self.isShortestForm(text) {
+                if !shortest { canonical = false }
+            } else {
+                // JSONEncoder writes the shortest form, an integral value without its ".0".
+                var shortest = value.description
+                if shortest.hasSuffix(".0") { shortest.removeLast(2) }
+                if !shortest.utf8.elementsEqual(text) { canonical = false }
+            }
         }
         return value
+    }
+
+    /// Whether a plain decimal `-?(0|[1-9][0-9]*)(\.[0-9]+)?` is the shortest form JSONEncoder
+    /// would write for its value, decided from the digits alone; nil when only the value's
+    /// description can tell. A decimal of at most 15 significant digits comes back unchanged
+    /// from a Double (DBL_DIG), so no other decimal as short has its value: it is the shortest
+    /// form unless it carries a zero the encoder drops (a fraction ending in 0) or its size
+    /// makes the encoder write an exponent (1e+16 and up, below 0.001 taken as unknown).
+    static func isShortestForm(_ text: UnsafeBufferPointer<UInt8>) -> Bool? {
+        var digits = text[...]
+        if digits.first == UInt8(ascii: "-") { digits = digits.dropFirst() }
+        let point = digits.firstIndex(of: UInt8(ascii: "."))
+        let integer = digits[..<(point ?? digits.endIndex)]
+        let fraction = point.map { digits[(digits.index(after: $0))...] } ?? digits[digits.endIndex...]
+        if point != nil, fraction.last == UInt8(ascii: "0") { return false }
+        let significant: Int
+        if integer.count == 1, integer.first == UInt8(ascii: "0") {
+            let leadingZeros = fraction.prefix { $0 == UInt8(ascii: "0") }.count
+            guard leadingZeros <= 2 || fraction.isEmpty else { return nil }
+            significant = fraction.count - leadingZeros
+        } else {
+            significant = integer.count + fraction.count
+        }
+        return significant <= 15 ? true : nil
     }
 
     private mutating func raw<T: RawRepresentable>(_ type: T.Type) throws(Deviation) -> T where T.RawValue == String {

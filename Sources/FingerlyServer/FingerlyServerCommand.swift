@@ -28,6 +28,9 @@ package enum ServerExit: Int32 {
 
 /// `fingerly-server`: serve, and the operator's key commands.
 package enum FingerlyServerCommand {
+    /// What `serve` does unless told otherwise, for the help text.
+    private static let defaults = ServerConfiguration(database: "")
+
     package static let help = """
         USAGE: fingerly-server serve [--config FILE] [options]
                fingerly-server keys add --org NAME [--env ENV] [--region us|eu|ap] [--db PATH]
@@ -59,12 +62,17 @@ package enum FingerlyServerCommand {
           --device-share PERCENT    Percent of its organization's quota one visitor's events may take
                                     (default 5; 0: no share); past it that device's identify is 507
                                     device_quota_exceeded while the others are answered
-          --failure-limit N         Failed authentications (unknown key, missing or bad signature) per
-                                    second per source address (default 10); past it, its requests
-                                    without a verifying signature get 429 too_many_failures
+          --failure-limit N         Refusals before the key's budget (unknown key, missing or bad
+                                    signature, ...) per second per source address (default 10); past it,
+                                    its requests without a verifying signature get 429 too_many_failures,
+                                    and past N of signed ones, all but devices admitted before
           --threads N               libmicrohttpd worker threads (default 4)
           --connection-limit N      Open connections at most (default 512)
-          --connection-timeout S    Idle or slow connections are closed after S seconds (default 10)
+          --connections-per-address N
+                                    Open connections at most from one client address (default
+                                    \(defaults.connectionsPerAddress)); more are closed as they are accepted
+          --connection-timeout S    Idle connections, and request heads not complete, are closed after S
+                                    seconds (default 10)
           --header-limit BYTES      Memory per connection, which bounds the request head (default 32768)
           --shutdown-grace S        After SIGTERM, requests in flight get S seconds to finish (default 20)
           --allow-unsigned [true|false]

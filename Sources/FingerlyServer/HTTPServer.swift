@@ -112,6 +112,7 @@ package final class HTTPServer: @unchecked Sendable {
         package var listen: ListenAddress
         package var threads: Int
         package var connectionLimit: Int
+        package var connectionsPerAddress: Int
         package var connectionTimeout: Int
         package var connectionMemoryLimit: Int
         package var tlsCertificatePEM: [UInt8]?
@@ -142,6 +143,7 @@ package final class HTTPServer: @unchecked Sendable {
                 withOptionalCString(key) { keyText in
                     var options = fingerly_httpd_settings(
                         address: address, threads: UInt32(settings.threads), connection_limit: UInt32(settings.connectionLimit),
+                        connections_per_address: UInt32(settings.connectionsPerAddress),
                         connection_timeout: UInt32(settings.connectionTimeout), connection_memory_limit: settings.connectionMemoryLimit,
                         // poll(), not epoll: libmicrohttpd's quiesce (our graceful stop) removes the
                         // listen socket from each worker's epoll set while the worker may remove it
@@ -161,7 +163,7 @@ package final class HTTPServer: @unchecked Sendable {
     }
 
     deinit {
-        if let daemon { MHD_stop_daemon(daemon) }
+        if let daemon { fingerly_httpd_stop(daemon) }
     }
 
     /// Requests between their head and their completion.
@@ -171,13 +173,13 @@ package final class HTTPServer: @unchecked Sendable {
     /// the threads and closes what connections are left (idle keep-alives).
     package func shutdown(graceSeconds: Int) {
         guard let daemon else { return }
-        let listener = MHD_quiesce_daemon(daemon)
+        let listener = MHD_quiesce_daemon(fingerly_httpd_daemon(daemon))
         if listener >= 0 { close(listener) }
         let deadline = monotonicNanoseconds() &+ UInt64(graceSeconds) &* 1_000_000_000
         while inFlight.load(ordering: .acquiring) > 0 && monotonicNanoseconds() < deadline {
             usleep(10_000)
         }
-        MHD_stop_daemon(daemon)
+        fingerly_httpd_stop(daemon)
         self.daemon = nil
     }
 
@@ -194,7 +196,8 @@ package final class HTTPServer: @unchecked Sendable {
             let state = RequestState(head: head)
             started.pointee.state = Unmanaged.passRetained(state).toOpaque()
             inFlight.add(1, ordering: .acquiringAndReleasing)
-            if let declared = head.values("content-length").first.flatMap({ Int($0) }), declared > application.bodyLimit {
+            let limit = application.bodyLimit
+            if head.values("content-length").contains(where: { Self.exceeds(declaredLength: $0, limit: limit) }) {
                 return queue(Self.tooLarge(application.bodyLimit), state, connection)
             }
             if let response = application.respond(toHead: head) { return queue(response, state, connection) }
@@ -236,6 +239,20 @@ package final class HTTPServer: @unchecked Sendable {
         let seconds = Double(monotonicNanoseconds() &- state.started) / 1e9
         application.finished(state.head, status: state.status, seconds: seconds)
         inFlight.subtract(1, ordering: .acquiringAndReleasing)
+    }
+
+    /// Whether a `Content-Length` value is digits that count more than `limit` bytes, whatever their
+    /// number: `18446744073709551615` is refused from the head, as is any length no integer holds, and
+    /// the body is never read.
+    static func exceeds(declaredLength value: String, limit: Int) -> Bool {
+        let digits = Substring(value).trimmingSpaces.utf8
+        guard !digits.isEmpty, digits.allSatisfy({ (48...57).contains($0) }) else { return false }
+        var length = 0
+        for digit in digits {
+            length = length * 10 + Int(digit - 48)
+            if length > limit { return true }
+        }
+        return false
     }
 
     private static func tooLarge(_ limit: Int) -> HTTPResponse {

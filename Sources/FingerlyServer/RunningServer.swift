@@ -37,6 +37,7 @@ package final class RunningServer: Sendable {
         self.routes = routes
         let settings = HTTPServer.Settings(
             listen: configuration.listen, threads: configuration.threads, connectionLimit: configuration.connectionLimit,
+            connectionsPerAddress: configuration.connectionsPerAddress,
             connectionTimeout: configuration.connectionTimeout, connectionMemoryLimit: configuration.headerMemoryLimit,
             tlsCertificatePEM: certificate, tlsKeyPEM: key)
         http = try HTTPServer(settings: settings, application: routes)

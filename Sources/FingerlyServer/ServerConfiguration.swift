@@ -78,12 +78,19 @@ package struct ServerConfiguration: Sendable, Hashable {
     /// no share. Past it that device is answered 507 `device_quota_exceeded` and the others go on:
     /// one client cannot lock its whole organization out.
     package var deviceShare = 5
-    /// Authentication failures (unknown key, missing or bad signature) per source address per
-    /// second; past it, that address's requests without a verifying signature get 429.
+    /// Refusals before the key's budget (unknown key, missing or bad signature, ...) per source address
+    /// per second; past it, that address's requests without a verifying signature get 429, and past it
+    /// in signed ones, all but the devices admitted before (FailureLimiter).
     package var failureLimit = 10
     package var threads = 4
     package var connectionLimit = 512
-    /// Seconds an idle or slow connection is kept.
+    /// Connections open at once from one client address (an IPv6 one whole); more are closed as they
+    /// are accepted, so one address holding slow connections leaves the rest of `connectionLimit` to
+    /// others. 64 is far more than a client needs (one request at a time) and lets eight addresses
+    /// behind one NAT's address share it.
+    package var connectionsPerAddress = 64
+    /// Seconds an idle connection is kept, and seconds a connection gets to send a whole request head
+    /// however slowly it trickles in (libmicrohttpd alone counts only idleness).
     package var connectionTimeout = 10
     /// Per-connection memory (request line, headers, buffers): bounds the header size.
     package var headerMemoryLimit = 32 * 1024
@@ -112,7 +119,8 @@ package struct ServerConfiguration: Sendable, Hashable {
     /// The keys a configuration file and `--flags` share.
     package static let keys = ["listen", "database", "body-limit", "rate-limit", "retention-days", "visitor-retention-days",
                                "storage-quota", "device-share", "failure-limit", "threads",
-                               "connection-limit", "connection-timeout", "header-limit", "shutdown-grace",
+                               "connection-limit", "connections-per-address", "connection-timeout", "header-limit",
+                               "shutdown-grace",
                                "allow-unsigned", "tls-cert", "tls-key", "policy"]
 
     /// Applies one setting; `origin` names where it came from for the error.
@@ -146,6 +154,7 @@ package struct ServerConfiguration: Sendable, Hashable {
         case "failure-limit": failureLimit = try number(1...1_000_000)
         case "threads": threads = try number(1...256)
         case "connection-limit": connectionLimit = try number(1...65_536)
+        case "connections-per-address": connectionsPerAddress = try number(1...65_536)
         case "connection-timeout": connectionTimeout = try number(1...3600)
         case "header-limit": headerMemoryLimit = try number(4096...1_048_576)
         case "shutdown-grace": shutdownGrace = try number(0...3600)

@@ -114,16 +114,20 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         // Judged here, answered in this order inside the admission: a request with an unknown
         // key is told so before anything about its headers or its signature.
         let idempotencyFields = head.values("idempotency-key")
-        let idempotencyKey = idempotencyFields.count == 1 ? Self.structuredString(idempotencyFields[0]) : nil
+        let idempotencyKey = idempotencyFields.count == 1
+            ? IdempotencyKeyField.key(inFieldValue: idempotencyFields[0]) : nil
         let signing = signature(head, body, now: now)
         // An address past its failures is answered before the store is touched, but a request
-        // that proves a device key is served from it still: its genuine devices may share it.
-        if signing.deviceKeyID == nil, failures.isExhausted(peer: head.peer, now: now) { return failureLimited() }
+        // that proves a device key is served from it until signed junk exhausts it too: its
+        // genuine devices may share it (FailureLimiter).
+        let device = signing.deviceKeyID.map { FailureLimiter.Device(publicKey: key.text, keyID: $0) }
+        if failures.isExhausted(peer: head.peer, now: now, device: device) { return failureLimited() }
 
         // Admission shares the engine's first transaction (and commit) with the in-flight marker.
         // Only a request whose key is known and whose signature verified (or that the server
         // lets go unsigned) counts against the key's budget: junk sent with an organization's
-        // public key never spends its devices' requests.
+        // public key never spends its devices' requests. Every refusal before the budget counts
+        // against the address instead, so none is free.
         var refusal: HTTPResponse?
         var signatureJudged = false
         var failedAuthentication = false
@@ -140,10 +144,13 @@ package final class ServerRoutes: HTTPApplication, Sendable {
             }
             guard let organization = try tx.organization(named: record.organization), !organization.suspended else {
                 refusal = .error(402, "organization_not_accepting", "The organization is not accepting traffic.")
+                failedAuthentication = true
                 return .refused(Self.refusedMarker)
             }
             guard idempotencyKey != nil else {
-                refusal = .error(400, "bad_request", "Idempotency-Key must appear once, as a quoted string (\"…\").")
+                refusal = .error(400, "bad_request", "Idempotency-Key must appear once, as a quoted string of 1 to "
+                    + "\(IdempotencyKeyField.maximumLength) printable ASCII characters (\"…\").")
+                failedAuthentication = true
                 return .refused(Self.refusedMarker)
             }
             signatureJudged = true
@@ -165,7 +172,10 @@ package final class ServerRoutes: HTTPApplication, Sendable {
             return .admitted(organization: record.organization, deviceStorageLimit: deviceStorageLimit(organization))
         }
         if signatureJudged, let outcome = signing.metric { metrics.signature(outcome) }
-        if let refusal { return failedAuthentication ? authenticationFailed(head, now, refusal) : refusal }
+        if let refusal {
+            return failedAuthentication ? authenticationFailed(head, now, refusal, signed: device != nil) : refusal
+        }
+        if let device, answer.status < 500 { failures.recordAdmitted(device) }
         if answer.status >= 500 { metrics.storeError() }
         if answer.unknownMembersDropped > 0 { metrics.unknownMembersDropped(answer.unknownMembersDropped) }
         if answer.code == "device_quota_exceeded" { metrics.deviceQuotaRefused() }
@@ -173,9 +183,11 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         return .json(answer.status, answer.body, headers: retry.map { [("Retry-After", $0)] } ?? [])
     }
 
-    /// Counts a failed authentication of the request's source address and answers `response`.
-    private func authenticationFailed(_ head: HTTPRequestHead, _ now: Int64, _ response: HTTPResponse) -> HTTPResponse {
-        failures.recordFailure(peer: head.peer, now: now)
+    /// Counts a failed authentication of the request's source address and answers `response`;
+    /// `signed` when the request's signature verified.
+    private func authenticationFailed(_ head: HTTPRequestHead, _ now: Int64, _ response: HTTPResponse,
+                                      signed: Bool = false) -> HTTPResponse {
+        failures.recordFailure(peer: head.peer, now: now, signed: signed)
         return response
     }
 
@@ -273,15 +285,6 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         }
     }
 
-    /// The inner text of an sf-string without escapes: `"` printable ASCII `"`, 1–255 characters.
-    static func structuredString(_ field: String) -> String? {
-        let bytes = Array(Substring(field).trimmingSpaces.utf8)
-        guard (3...257).contains(bytes.count), bytes.first == UInt8(ascii: "\""), bytes.last == UInt8(ascii: "\"") else { return nil }
-        let inner = bytes.dropFirst().dropLast()
-        guard inner.allSatisfy({ (0x20...0x7E).contains($0) && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) else { return nil }
-        return String(decoding: inner, as: UTF8.self)
-    }
-
     // MARK: events
 
     private func event(_ head: HTTPRequestHead) -> HTTPResponse {
@@ -299,7 +302,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                     guard let record = try tx.key(publicKey: key.text), !record.revoked else {
                         return .failed(.error(401, "invalid_key", "The key is unknown or revoked."))
                     }
-                    return .refused(.error(403, "forbidden", "A public key cannot read events; use the secret key."))
+                    // Refused before any budget, as every failure here: each counts against the address.
+                    return .failed(.error(403, "forbidden", "A public key cannot read events; use the secret key."))
                 }
                 let hash = ServerKey.secretHash(key.text)
                 guard let record = try tx.key(secretKeyHash: hash), ServerKey.constantTimeEqual(record.secretKeyHash, hash),
@@ -308,7 +312,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                 }
                 // Both keys of a suspended organization get 402, as `keys suspend` says.
                 guard let organization = try tx.organization(named: record.organization), !organization.suspended else {
-                    return .refused(.error(402, "organization_not_accepting", "The organization is not accepting traffic."))
+                    return .failed(.error(402, "organization_not_accepting",
+                                          "The organization is not accepting traffic."))
                 }
                 if let limited = try rateLimited(tx, bucket: "events:" + Self.hex(hash.prefix(16)), now: now) { return .refused(limited) }
                 return .admitted(record.organization)
@@ -386,7 +391,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     private enum Admission {
         case admitted(String)
         case refused(HTTPResponse)
-        /// Refused as an authentication failure, which counts against the source address.
+        /// Refused before the key's budget, which counts against the source address.
         case failed(HTTPResponse)
     }
 

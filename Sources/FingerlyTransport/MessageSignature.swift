@@ -144,7 +144,9 @@ package enum MessageSignature {
             throw .malformed(field: "content-digest", reason: "not exactly one sha-256 digest")
         }
         let idempotencyKey = String(decoding: try value("idempotency-key"), as: UTF8.self)
-        guard isPlainString(idempotencyKey) else { throw .malformed(field: "idempotency-key", reason: "not a quoted string of printable ASCII") }
+        guard isPlainString(idempotencyKey) else { throw .malformed(field: "idempotency-key",
+            reason: "not a quoted string of 1 to \(IdempotencyKeyField.maximumLength) printable ASCII characters")
+        }
         guard let publicKey = byteSequence(try value("fingerly-device-key"), after: ""), publicKey.count == DeviceKey.publicKeyLength else {
             throw .malformed(field: "fingerly-device-key", reason: "not a 32-byte key in base64")
         }
@@ -218,13 +220,11 @@ package enum MessageSignature {
             && text.utf8.allSatisfy { (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }
     }
 
-    /// An sf-string without escapes: `"`, printable ASCII other than `"` and `\`, `"`. What an
-    /// idempotency key needs, and what a signature base line can carry unchanged.
+    /// A whole `Idempotency-Key` value as a signature base line carries it unchanged: the field's grammar,
+    /// with no space around the quotes.
     private static func isPlainString(_ text: String) -> Bool {
-        let bytes = Array(text.utf8)
-        guard (2...258).contains(bytes.count), bytes.first == UInt8(ascii: "\""), bytes.last == UInt8(ascii: "\"") else { return false }
-        return bytes.dropFirst().dropLast().allSatisfy {
-            (0x20...0x7E).contains($0) && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\")
-        }
+        text.utf8.first == UInt8(ascii: "\"") && text.utf8.last == UInt8(ascii: "\"")
+            && IdempotencyKeyField.key(inFieldValue: text) != nil
     }
 }
+

@@ -556,6 +556,23 @@ extension EngineAnswer {
                 == "853252c9b04de71516a1e9d27f4821a92860d0c2eaef3b25cbcad54bf149efb3")
     }
 
+    @Test func theServersIdentifiersAreTheOnesDeriveGives() {
+        let hasher = IdentifierHasher(organization: F.organization)
+        func component(_ scope: IdentityComponent.Scope, _ name: String, _ value: String, _ readable: Bool = true) -> IdentityComponent {
+            IdentityComponent(scope: scope, name: name, hash: hasher.hash(value), worldReadable: readable)
+        }
+        let sets: [[IdentityComponent]] = [
+            [], [component(.hardware, "dmi.product_uuid", "u", false)],
+            [component(.instance, "machine.machine_id", "m"), component(.hardware, "dmi.product_uuid", "u"),
+             component(.hardware, "dmi.product_uuid", "u"), component(.hardware, "net.mac=odd", "a")],
+        ]
+        for components in sets {
+            let full = HostIdentity.derive(from: components, hasher: hasher)
+            let ids = HostIdentity.derivedIdentifiers(from: components, hasher: hasher)
+            #expect(ids.hardwareId == full.hardwareId && ids.instanceId == full.instanceId)
+        }
+    }
+
     @Test func theReportTextIsReKeyedInPlaceOnlyWhenThatIsExactlyTheReKeyedReport() throws {
         let keys = StoredIdentifierKeys(secret: Array(repeating: 7, count: 32))
         let hasher = IdentifierHasher(organization: F.organization)
@@ -563,6 +580,22 @@ extension EngineAnswer {
         let text = try JSONEncoder.fingerly.encode(report)
         let replaced = try #require(keys.rekeyed(reportText: Array(text)[...], of: report))
         #expect(try JSONDecoder.fingerly.decode(SignalReport.self, from: Data(replaced)) == keys.rekeyed(report))
+        #expect(replaced == Array(try JSONEncoder.fingerly.encode(keys.rekeyed(report))))
+        // A summary spelt like a component hash is re-keyed as a summary, the hash as a hash: one
+        // value, two stored values, so no rewrite by value can be right.
+        let hash = try #require(report.probes.flatMap(\.identityComponents).first?.hash)
+        let identity = report.identity
+        let ambiguous = SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion,
+                                     collectedAt: report.collectedAt, tag: report.tag, root: report.root, tiers: report.tiers,
+                                     budgetMs: report.budgetMs, elapsedMs: report.elapsedMs, probes: report.probes,
+                                     identity: HostIdentity(hardwareId: identity.hardwareId, hardwareIdVersion: identity.hardwareIdVersion,
+                                                            instanceId: identity.instanceId, instanceIdVersion: identity.instanceIdVersion,
+                                                            hardwareComponents: identity.hardwareComponents + [hash],
+                                                            instanceComponents: identity.instanceComponents,
+                                                            rootOnlyEvidence: identity.rootOnlyEvidence),
+                                     identifierKeying: report.identifierKeying, freeText: report.freeText,
+                                     prefetchedAgeMs: report.prefetchedAgeMs)
+        #expect(keys.rekeyed(reportText: Array(try JSONEncoder.fingerly.encode(ambiguous))[...], of: ambiguous) == nil)
         // An escape could hide a value; a value where the report does not have it (here the tag)
         // would be replaced where rekeyed(_:) keeps it: the caller encodes instead.
         let escaped = String(decoding: text, as: UTF8.self).replacingOccurrences(of: #""root":"/""#, with: #""root":"\/""#)

@@ -118,6 +118,34 @@ struct FastCodingTests {
 
     /// JSONDecoder keeps the first of two members, other readers the last: the reader declines,
     /// and the decoding refuses the body, naming where the second one is.
+    @Test("a decimal is judged the shortest form from its digits exactly when JSONEncoder writes it so")
+    func shortestFormFromDigits() throws {
+        var generator = SystemRandomNumberGenerator()
+        var decided = 0
+        func check(_ text: String) throws {
+            let value = try #require(Double(text))
+            let encoded = String(decoding: try JSONEncoder.fingerly.encode(value), as: UTF8.self)
+            let verdict = Array(text.utf8).withUnsafeBufferPointer { SubmissionReader.isShortestForm($0) }
+            if let verdict {
+                decided += 1
+                #expect(verdict == (encoded == text), "\(text) is written \(encoded)")
+            }
+        }
+        for text in ["0", "-0", "0.0", "1.0", "10", "0.5", "-0.5", "0.001", "0.0001", "0.00123", "12.340", "123456789012345",
+                     "1234567890123456", "999999999999999", "0.123456789012345", "9007199254740993"] {
+            try check(text)
+        }
+        for _ in 0..<20_000 {
+            let integer = String(UInt64.random(in: 0...UInt64.max, using: &generator) >> UInt64.random(in: 0...63, using: &generator))
+            let fractionDigits = Int.random(in: 0...17, using: &generator)
+            let fraction = String((0..<fractionDigits).map { _ in Character(String(Int.random(in: 0...9, using: &generator))) })
+            let sign = Bool.random(using: &generator) ? "-" : ""
+            try check(sign + integer + (fraction.isEmpty ? "" : "." + fraction))
+        }
+        // Most of what reports carry (durations, sizes) is decided without formatting the value.
+        #expect(decided > 5_000)
+    }
+
     @Test("a member given twice anywhere is refused, naming its path", arguments: [
         (#""tag":"checkout""#, #""tag":"checkout","tag":"other""#, "report.tag"),
         (#""dmi.chassis_type":1"#, #""dmi.chassis_type":1,"dmi.chassis_type":2"#, "report.probes[0].signals.dmi.chassis_type"),

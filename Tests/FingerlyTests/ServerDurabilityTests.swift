@@ -255,7 +255,9 @@ struct ServerDurabilityTests {
         let connectionTimeout = 2
         let server = try ServerProcess(database: database, arguments: [
             "--rate-limit", "1000000", "--threads", "4", "--connection-timeout", String(connectionTimeout), "--body-limit", "65536",
-            "--allow-unsigned"])
+            // What is judged here is each request's content: the parked slow clients of one address
+            // would pass the per-address connection limit (SlowConnectionTests has that).
+            "--connections-per-address", "512", "--allow-unsigned"])
         let total = 10_000, workers = 6
         // Each worker draws from its own generator, so a seed replays the same requests.
         let next = Guarded(0)

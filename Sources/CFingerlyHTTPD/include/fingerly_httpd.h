@@ -17,7 +17,10 @@ struct fingerly_httpd_settings {
     /// Worker threads, each with its own poll loop over its share of the connections.
     unsigned int threads;
     unsigned int connection_limit;
-    /// Seconds a connection may stay idle (a slow client) before it is closed.
+    /// Connections open at once from one client address; more are closed as they are accepted.
+    unsigned int connections_per_address;
+    /// Seconds a connection may stay idle before it is closed, and seconds it gets to send a whole
+    /// request head (from its opening, or from its previous answer) however busily it trickles.
     unsigned int connection_timeout;
     /// Bytes of per-connection memory, which bounds the request line and headers.
     size_t connection_memory_limit;
@@ -42,15 +45,24 @@ struct fingerly_httpd_request {
 
 void fingerly_httpd_request_free(struct fingerly_httpd_request *request);
 
+/// A running libmicrohttpd daemon and the watchdog of its connections' request heads.
+struct fingerly_httpd;
+
 /// Starts the daemon, or NULL (errno may say why). `handler` and `completed` receive `context`;
 /// the access handler's `*req_cls` is a `struct fingerly_httpd_request *` from the first call on.
-struct MHD_Daemon *fingerly_httpd_start(const struct fingerly_httpd_settings *settings,
-                                        MHD_AccessHandlerCallback handler,
-                                        MHD_RequestCompletedCallback completed,
-                                        void *context);
+struct fingerly_httpd *fingerly_httpd_start(const struct fingerly_httpd_settings *settings,
+                                            MHD_AccessHandlerCallback handler,
+                                            MHD_RequestCompletedCallback completed,
+                                            void *context);
+
+/// The libmicrohttpd daemon itself, for `MHD_quiesce_daemon`.
+struct MHD_Daemon *fingerly_httpd_daemon(struct fingerly_httpd *httpd);
+
+/// Stops the daemon (`MHD_stop_daemon`) and its watchdog, and frees `httpd`.
+void fingerly_httpd_stop(struct fingerly_httpd *httpd);
 
 /// The port the daemon listens on (useful after asking for port 0), 0 when unknown.
-uint16_t fingerly_httpd_bound_port(struct MHD_Daemon *daemon);
+uint16_t fingerly_httpd_bound_port(struct fingerly_httpd *httpd);
 
 /// Whether this libmicrohttpd was built with HTTPS (GnuTLS).
 int fingerly_httpd_supports_tls(void);
