@@ -35,7 +35,8 @@ extension Fingerly {
                 _ = try store.transaction { (tx) throws(StoreError) in try tx.ensureOrganization(named: Self.localOrganization, now: Int64(time(nil))) }
                 // The reports resolved here are keyed by this installation's secret, which the engine
                 // needs to recompute their identifiers.
-                let engine = IdentityEngine(store: store, policy: policy, clientKeying: .hasher(identifierHasher()))
+                let engine = IdentityEngine(store: store, policy: policy, clientKeying: .hasher(identifierHasher()),
+                                            collectedHere: true)
                 cached = engine
                 return engine
             } catch {

@@ -84,14 +84,21 @@ package final class IdentityEngine: Sendable {
     package static let idempotencyKeyByteLimit = 255
     /// Longest device keyid kept; RFC 9421 keyids of the wire contract are 64 hex digits.
     package static let deviceKeyIDByteLimit = 128
+    /// Most bytes of a report kept as stored (re-keyed, canonical): a collected report of both
+    /// tiers takes 10–40 KB; a body of free-form signals up to `--body-limit` is refused.
+    package static let storedReportByteLimit = 128 * 1024
     /// Longest requestId looked up; minted ones are 30 bytes.
     package static let requestIdByteLimit = 128
 
-    package init(store: any IdentityStore, policy: Policy, clientKeying: ClientIdentifierKeying = .organizationName) {
+    /// `collectedHere`: the local mode, whose reports this process collected itself; a server
+    /// takes no sender's word that a probe or source was `absent` or `skipped`.
+    package init(store: any IdentityStore, policy: Policy, clientKeying: ClientIdentifierKeying = .organizationName,
+                 collectedHere: Bool = false) {
         self.store = store
         self.policy = policy
         self.clientKeying = clientKeying
-        verdictEngine = VerdictEngine(policy: policy, catalogue: .embedded, absence: .missingEvidence)
+        verdictEngine = VerdictEngine(policy: policy, catalogue: .embedded,
+                                      absence: collectedHere ? .missingEvidenceCollectedHere : .missingEvidence)
         writer = AnswerWriter(policyName: policy.name)
     }
 
@@ -156,7 +163,9 @@ package final class IdentityEngine: Sendable {
 
     /// What the caller's admission step decides, inside the engine's first transaction.
     package enum Admission {
-        case admitted(organization: String)
+        /// `deviceStorageLimit`: bytes of events one visitor (one device) may keep, nil for no
+        /// bound; a visitor at it is answered 507 `device_quota_exceeded`, the others go on.
+        case admitted(organization: String, deviceStorageLimit: Int64? = nil)
         /// Not admitted: the engine stores nothing more and answers this.
         case refused(EngineAnswer)
     }
@@ -180,12 +189,13 @@ package final class IdentityEngine: Sendable {
         // the same key sees it from any process.
         let begun: Step
         var organization = ""
+        var deviceStorageLimit: Int64?
         var secret: [UInt8]?
         do {
             begun = try store.transaction { (tx) throws(StoreError) -> Step in
                 switch try admit(tx) {
                 case .refused(let answer): return .answer(answer)
-                case .admitted(let name): organization = name
+                case .admitted(let name, let limit): (organization, deviceStorageLimit) = (name, limit)
                 }
                 secret = try self.identifierSecret(tx, organization: organization)
                 guard keyIsValid else {
@@ -210,7 +220,8 @@ package final class IdentityEngine: Sendable {
         let answer = process(organization: organization, key: idempotencyKey, body: body, binding: binding,
                              createdAt: createdAt,
                              deviceKeyID: verifiedKeyID, signatureVerified: signatureVerified,
-                             rotatedFrom: verifiedKeyID == nil ? nil : rotatedFrom, keys: StoredIdentifierKeys(secret: secret), now: now)
+                             rotatedFrom: verifiedKeyID == nil ? nil : rotatedFrom,
+                             keys: StoredIdentifierKeys(secret: secret), deviceStorageLimit: deviceStorageLimit, now: now)
         if answer.status != 200 { release(organization: organization, key: idempotencyKey) }
         return answer
     }
@@ -284,7 +295,7 @@ package final class IdentityEngine: Sendable {
     private func process(organization: String, key: String, body: [UInt8], binding: IdempotencyBinding,
                          createdAt: Int64,
                          deviceKeyID: String?, signatureVerified: Bool, rotatedFrom: String?, keys: StoredIdentifierKeys,
-                         now: Int64) -> EngineAnswer {
+                         deviceStorageLimit: Int64?, now: Int64) -> EngineAnswer {
         // 2. The body.
         let submission: SubmissionBody
         let canonicalRange: Range<Int>?
@@ -329,6 +340,11 @@ package final class IdentityEngine: Sendable {
         // client's bytes canonical already, only the re-keyed values are replaced in them.
         let judgedReport = canonicalRange.flatMap { keys.rekeyed(reportText: body[$0], of: report, rekeying: rekeying) }
             ?? ReportWriter.report(storedReport)
+        // Free-form signals would let one request keep most of a megabyte for the retention period.
+        guard judgedReport.count <= Self.storedReportByteLimit else {
+            return .error(413, "report_too_large", "The report takes \(judgedReport.count) bytes as stored; "
+                + "this server keeps reports of at most \(Self.storedReportByteLimit).")
+        }
         let verdictsJSON = AnswerWriter.verdicts(verdicts)
         let requestId = EngineWire.mintTimeOrderedId(prefix: "req_", unixMilliseconds: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
 
@@ -361,10 +377,25 @@ package final class IdentityEngine: Sendable {
                 }
                 let resolution = resolveVisitor(observed, instanceHolders: holders, candidates: candidates)
                 var findings = resolution.findings
-                // A claim is answered as a visitor of its own and stores no visitor: the bound
-                // visitor's components, keys and later scores stay as they were.
+                // A claim is answered as a visitor of its own and stores nothing the bound visitor's
+                // host can find: its components, keys and later scores stay as they were.
                 let claimed = claimsWithoutKey(resolution, instanceHolders: holders, verifiedKeyID: deviceKeyID, rotatedFrom: rotatedFrom)
-                if claimed { findings.insert(.identityClaimedWithoutKey, at: 0) }
+                // A key that claimed a bound visitor before was settled as a visitor of its own, without
+                // identifiers (a reinstalled host, or an impostor: the server cannot tell): it is that
+                // visitor again, found by its key alone, and the claim is not news. Unsigned claims have
+                // no key to settle by.
+                var settled: VisitorRecord?
+                if claimed, let key = deviceKeyID {
+                    settled = try tx.unidentifiedVisitor(boundToKey: key, organization: organization)
+                }
+                if claimed && settled == nil { findings.insert(.identityClaimedWithoutKey, at: 0) }
+                // One device's events fill at most its share of the quota: its flood is refused, the
+                // others are answered.
+                if let limit = deviceStorageLimit, let device = claimed ? settled : resolution.matched,
+                   device.eventBytes >= limit {
+                    return .error(507, "device_quota_exceeded", "This device's events take \(device.eventBytes) bytes, "
+                        + "its share of the organization's quota is \(limit).")
+                }
 
                 var score: Int?, level: SuspectLevel?, triggers: [IdentifyTrigger]?
                 if let assessment, let scoring = policy.suspect {
@@ -373,7 +404,20 @@ package final class IdentityEngine: Sendable {
                 }
 
                 let visitorId: String
-                if claimed {
+                if claimed, let settled {
+                    var visitor = settled
+                    visitor.lastSeen = max(settled.lastSeen, now)
+                    try tx.putVisitor(visitor, stored: settled)
+                    visitorId = visitor.id
+                } else if claimed, let key = deviceKeyID {
+                    // Stored without identifiers or components: nothing the bound visitor's host
+                    // sends can find it, so its resolution and score stay as they were.
+                    let visitor = VisitorRecord(id: EngineWire.mintId(prefix: "vis_"), organization: organization,
+                                                instanceId: nil, hardwareId: nil, firstSeen: now, lastSeen: now, components: [],
+                                                deviceKeys: [DeviceKeyRecord(keyId: key, firstProvenAt: now)])
+                    try tx.putVisitor(visitor, stored: nil)
+                    visitorId = visitor.id
+                } else if claimed {
                     visitorId = EngineWire.mintId(prefix: "vis_")
                 } else if let matched = resolution.matched {
                     let visitor = updatedVisitor(matched, with: observed, provenKeyID: matched.isBound ? deviceKeyID : nil, now: now)
@@ -388,9 +432,12 @@ package final class IdentityEngine: Sendable {
                     visitorId = visitor.id
                 }
 
-                let joined = resolution.matched != nil && !claimed
+                let joined = claimed ? settled != nil : resolution.matched != nil
+                let claimConfidence = settled != nil ? ResolutionThresholds.settledClaimConfidence
+                    : ResolutionThresholds.claimConfidence
+                let confidence = claimed ? claimConfidence : resolution.confidence
                 let answer = IdentifyAnswer(requestId: requestId, visitorId: visitorId, visitorIsNew: !joined,
-                                            visitorConfidence: claimed ? ResolutionThresholds.claimConfidence : resolution.confidence,
+                                            visitorConfidence: confidence,
                                             identifiable: resolution.identifiable,
                                             duplicate: false, suspectScore: score, suspectLevel: level, triggers: triggers,
                                             verdicts: verdicts, policy: policy.name)

@@ -54,9 +54,12 @@ package enum ResolutionThresholds {
     package static let componentLimit = 256
     /// Device keys remembered per visitor, newest-proven last.
     package static let deviceKeyLimit = 8
-    /// Confidence of the visitor a claim without key is answered as: it is not remembered, so
-    /// nothing will know it next time.
+    /// Confidence of the visitor a claim without key is first answered as: only its own key,
+    /// when it signed, will know it next time.
     package static let claimConfidence = 20
+    /// Confidence of the visitor a key's earlier claim was settled as: the key proves it is the
+    /// same device as that claim's, and nothing more.
+    package static let settledClaimConfidence = 80
     /// Visitors fetched as fuzzy candidates.
     package static let candidateLimit = 64
 }

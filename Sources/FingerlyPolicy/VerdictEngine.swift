@@ -30,7 +30,11 @@ package struct VerdictEngine {
         /// A submitted report, whose sender may leave out whatever would count against it: every
         /// absent probe a verdict reads is missing evidence, exactly as one reported `denied`.
         /// The collector reports every probe of the tiers it ran, so an honest report loses nothing.
+        /// A probe the report says ended `absent` or `skipped` is missing evidence too: the sender's word.
         case missingEvidence
+        /// The local mode's engine judging the report this process collected: a probe left out is
+        /// missing evidence as for a submitted report, but `absent` and `skipped` are its own word.
+        case missingEvidenceCollectedHere
     }
 
     /// `probeTiers` names the tier of every probe in `signalOwners`: a probe absent from a report
@@ -41,6 +45,14 @@ package struct VerdictEngine {
         owners = signalOwners
         compiled = CompiledPolicy(policy, owners: signalOwners, tiers: probeTiers)
         self.absence = absence
+    }
+
+    /// Whether a probe or a source that ended with `status` gave no evidence a verdict may rely on.
+    /// In a submitted report `absent` and `skipped` are only the sender's word: a sender claiming
+    /// them instead of `denied` would read cleaner, so they are missing evidence as `denied` is.
+    /// Where the collector's own word is trusted, `absent` is evidence (no DMI on a VM without it).
+    private func hidesEvidence(_ status: ProbeStatus) -> Bool {
+        status.hidesEvidence || (absence == .missingEvidence && (status == .absent || status == .skipped))
     }
 
     package func evaluate(_ report: SignalReport) -> [VerdictName: Verdict] {
@@ -94,7 +106,7 @@ package struct VerdictEngine {
                             + "which this run did not include; its evidence is missing"
                         missing.append(MissingEvidence(probe: probe, status: .skipped, message: BoundedText.bounded(
                             message, limit: Self.missingEvidenceMessageLimit)))
-                    } else if absence == .missingEvidence {
+                    } else if absence != .askedFor {
                         // Whatever tiers the report declares (none, or not this probe's): a
                         // probe that is not there gave no evidence, and its absence never reads
                         // cleaner than its denial.
@@ -111,7 +123,12 @@ package struct VerdictEngine {
                     missing.append(MissingEvidence(probe: probe, status: entry.status, message: BoundedText.bounded(
                         "probe '\(probe)' ended \(entry.status.rawValue): \(entry.detail ?? "no detail"); its evidence is missing",
                         limit: Self.missingEvidenceMessageLimit)))
-                } else if let issue = entry.issues.first(where: { $0.status.hidesEvidence }) {
+                } else if hidesEvidence(entry.status) {
+                    // Only the sender's word, and its detail is in the report: a short line, since a
+                    // collected report of a root tree claims a dozen of these.
+                    let message = "probe '\(probe)' ended \(entry.status.rawValue); its evidence is missing"
+                    missing.append(MissingEvidence(probe: probe, status: entry.status, message: message))
+                } else if let issue = entry.issues.first(where: { hidesEvidence($0.status) }) {
                     // The probe ran, but one of its sources was unreadable (pid 1's environ is
                     // denied even to root in many containers): part of its evidence is missing.
                     missing.append(MissingEvidence(probe: probe, status: issue.status, message: BoundedText.bounded(

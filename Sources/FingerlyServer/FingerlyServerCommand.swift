@@ -58,9 +58,12 @@ package enum FingerlyServerCommand {
           --visitor-retention-days N
                                     Visitors unseen for N days are purged, with their components and
                                     device keys, on the same passes (default 90; 0 keeps all)
-          --storage-quota SIZE      Bytes of events each organization may keep, as stored (bytes, or with
-                                    KiB, MiB, GiB, TiB; default 256MiB; 0: no limit); past it identify is
-                                    507 storage_quota_exceeded. `keys quota` sets one organization's
+          --storage-quota SIZE      Bytes of events and visitors each organization may keep, as stored (bytes,
+                                    or with KiB, MiB, GiB, TiB; default 256MiB; 0: no limit); past it identify
+                                    is 507 storage_quota_exceeded. `keys quota` sets one organization's
+          --device-share PERCENT    Percent of its organization's quota one visitor's events may take
+                                    (default 5; 0: no share); past it that device's identify is 507
+                                    device_quota_exceeded while the others are answered
           --failure-limit N         Refusals before the key's budget (unknown key, missing or bad
                                     signature, ...) per second per source address (default 10); past it,
                                     its requests without a verifying signature get 429 too_many_failures,

@@ -74,6 +74,10 @@ package struct ServerConfiguration: Sendable, Hashable {
     /// Bytes of event documents an organization may keep (as stored) unless `keys quota` gives
     /// it its own; 0 for no limit. Past it, identify answers 507 until retention frees room.
     package var storageQuota: Int64 = 256 * 1_048_576
+    /// Percent of its organization's quota the events of one visitor (one device) may take; 0 for
+    /// no share. Past it that device is answered 507 `device_quota_exceeded` and the others go on:
+    /// one client cannot lock its whole organization out.
+    package var deviceShare = 5
     /// Refusals before the key's budget (unknown key, missing or bad signature, ...) per source address
     /// per second; past it, that address's requests without a verifying signature get 429, and past it
     /// in signed ones, all but the devices admitted before (FailureLimiter).
@@ -114,7 +118,7 @@ package struct ServerConfiguration: Sendable, Hashable {
 
     /// The keys a configuration file and `--flags` share.
     package static let keys = ["listen", "database", "body-limit", "rate-limit", "retention-days", "visitor-retention-days",
-                               "storage-quota", "failure-limit", "threads",
+                               "storage-quota", "device-share", "failure-limit", "threads",
                                "connection-limit", "connections-per-address", "connection-timeout", "header-limit",
                                "shutdown-grace",
                                "allow-unsigned", "tls-cert", "tls-key", "policy"]
@@ -146,6 +150,7 @@ package struct ServerConfiguration: Sendable, Hashable {
                 throw ConfigurationError("\(origin): storage-quota must be bytes, optionally with KiB, MiB, GiB or TiB (0: no limit)")
             }
             storageQuota = bytes
+        case "device-share": deviceShare = try number(0...100)
         case "failure-limit": failureLimit = try number(1...1_000_000)
         case "threads": threads = try number(1...256)
         case "connection-limit": connectionLimit = try number(1...65_536)

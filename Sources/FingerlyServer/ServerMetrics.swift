@@ -16,6 +16,7 @@ package final class ServerMetrics: Sendable {
         var signatures: [String: Int] = [:]
         var unknownMembersDropped = 0
         var failureLimited = 0
+        var deviceQuotaRefused = 0
         var purged: [String: Int] = [:]
     }
 
@@ -60,6 +61,9 @@ package final class ServerMetrics: Sendable {
 
     /// A request answered 429 too_many_failures without touching the store.
     package func failureLimited() { state.withLock { $0.failureLimited += 1 } }
+
+    /// An identify answered 507 device_quota_exceeded: its device's events fill its share.
+    package func deviceQuotaRefused() { state.withLock { $0.deviceQuotaRefused += 1 } }
 
     /// Rows a retention pass removed: `events`, `visitors` or `idempotency`.
     package func purged(_ kind: String, _ count: Int) { state.withLock { $0.purged[kind, default: 0] += count } }
@@ -107,6 +111,10 @@ package final class ServerMetrics: Sendable {
                 + "their address failed authentication too often.")
             lines.append("# TYPE fingerly_failure_limited_total counter")
             lines.append("fingerly_failure_limited_total \(state.failureLimited)")
+            lines.append("# HELP fingerly_device_quota_refused_total Identify requests refused 507 "
+                + "device_quota_exceeded: their device's events fill its share of the organization's quota.")
+            lines.append("# TYPE fingerly_device_quota_refused_total counter")
+            lines.append("fingerly_device_quota_refused_total \(state.deviceQuotaRefused)")
             lines.append("# HELP fingerly_retention_purged_total Rows removed by retention: "
                 + "events, visitors (with their components and keys), idempotency records.")
             lines.append("# TYPE fingerly_retention_purged_total counter")
@@ -114,7 +122,8 @@ package final class ServerMetrics: Sendable {
                 lines.append("fingerly_retention_purged_total{kind=\"\(kind)\"} \(state.purged[kind, default: 0])")
             }
             if let storage {
-                lines.append("# HELP fingerly_store_event_bytes Bytes of event documents stored, all organizations together (as stored).")
+                lines.append("# HELP fingerly_store_event_bytes Bytes counted against storage quotas, all organizations "
+                    + "together: event documents as stored and visitor rows.")
                 lines.append("# TYPE fingerly_store_event_bytes gauge")
                 lines.append("fingerly_store_event_bytes \(storage.eventBytes)")
                 lines.append("# HELP fingerly_store_organizations_over_quota Organizations whose events fill their storage quota "

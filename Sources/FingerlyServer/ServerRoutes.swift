@@ -180,7 +180,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                 refusal = full
                 return .refused(Self.refusedMarker)
             }
-            return .admitted(organization: record.organization)
+            return .admitted(organization: record.organization, deviceStorageLimit: deviceStorageLimit(organization))
         }
         if signatureJudged, let outcome = signing.metric { metrics.signature(outcome) }
         if let refusal {
@@ -189,7 +189,9 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         if let device, answer.status < 500 { failures.recordAdmitted(device) }
         if answer.status >= 500 { metrics.storeError() }
         if answer.unknownMembersDropped > 0 { metrics.unknownMembersDropped(answer.unknownMembersDropped) }
-        return .json(answer.status, answer.body, headers: answer.status == 503 ? [("Retry-After", "1")] : [])
+        if answer.code == "device_quota_exceeded" { metrics.deviceQuotaRefused() }
+        let retry = answer.status == 503 ? "1" : answer.status == 507 ? String(Self.quotaRetrySeconds) : nil
+        return .json(answer.status, answer.body, headers: retry.map { [("Retry-After", $0)] } ?? [])
     }
 
     /// Counts a failed authentication of the request's source address and answers `response`;
@@ -215,6 +217,14 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                       "The organization keeps \(StorageSize.describe(organization.storedBytes)) of events, "
                         + "its quota is \(StorageSize.describe(quota)).",
                       headers: [("Retry-After", String(Self.quotaRetrySeconds))])
+    }
+
+    /// Bytes of events one of the organization's devices may keep: its share of the quota.
+    private func deviceStorageLimit(_ organization: OrganizationRecord) -> Int64? {
+        let quota = organization.storageQuota ?? configuration.storageQuota
+        guard quota > 0, configuration.deviceShare > 0 else { return nil }
+        let share = quota.multipliedReportingOverflow(by: Int64(configuration.deviceShare))
+        return share.overflow ? quota / 100 * Int64(configuration.deviceShare) : max(1, share.partialValue / 100)
     }
 
     /// Whether the engine would replay a stored answer for this idempotency key (or refuse it as

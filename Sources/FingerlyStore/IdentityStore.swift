@@ -17,7 +17,8 @@ package struct OrganizationRecord: Sendable, Hashable {
     package let name: String
     package var suspended: Bool
     package let createdAt: Int64
-    /// Bytes of event documents it has stored, as stored (compressed where the backend does).
+    /// Bytes of event documents it has stored, as stored (compressed where the backend does),
+    /// and the cost of its visitor rows (`StoreLimits.rowBytes`).
     package var storedBytes: Int64
     /// Its own storage quota in bytes, 0 for none; nil: the server's default applies.
     package var storageQuota: Int64?
@@ -116,9 +117,12 @@ package struct VisitorRecord: Sendable, Hashable {
     /// The device keys this visitor is bound to, oldest-proven first (ties by keyid); none: a
     /// visitor first seen unsigned, which no key ever binds.
     package var deviceKeys: [DeviceKeyRecord]
+    /// Bytes of the events stored under this visitor, as stored: one device's share of its
+    /// organization's quota. Kept by the store (`insertEvent`, `expireEvents`); `putVisitor` never writes it.
+    package var eventBytes: Int64
 
     package init(id: String, organization: String, instanceId: String?, hardwareId: String?, firstSeen: Int64, lastSeen: Int64,
-                 components: [ComponentRecord], deviceKeys: [DeviceKeyRecord]) {
+                 components: [ComponentRecord], deviceKeys: [DeviceKeyRecord], eventBytes: Int64 = 0) {
         self.id = id
         self.organization = organization
         self.instanceId = instanceId
@@ -127,6 +131,7 @@ package struct VisitorRecord: Sendable, Hashable {
         self.lastSeen = lastSeen
         self.components = components
         self.deviceKeys = deviceKeys
+        self.eventBytes = eventBytes
     }
 
     /// Whether a key proved this visitor: only a signature by one of its keys may join it.
@@ -198,26 +203,33 @@ package protocol StoreTransaction {
     /// Visitors of the organization holding any of these component hashes, at most `limit`, those
     /// sharing the most hashes first.
     func visitors(sharingAnyOf hashes: [String], organization: String, limit: Int) throws(StoreError) -> [VisitorRecord]
-    /// Inserts or replaces the visitor, its components and device keys. `stored` is the same
+    /// Inserts or replaces the visitor, its components and device keys, and adds what its rows
+    /// cost beyond what they cost before (`StoreLimits.rowBytes`) to the organization's
+    /// `storedBytes`: visitors count against the quota as events do. `stored` is the same
     /// visitor as read earlier in this transaction, when it was: only the difference from it is
     /// written, without reading the rows again.
     func putVisitor(_ visitor: VisitorRecord, stored: VisitorRecord?) throws(StoreError)
+    /// The most recently seen visitor of the organization bound to this device key that carries
+    /// no identifier: the visitor a key that claimed another's identity was settled as.
+    func unidentifiedVisitor(boundToKey keyId: String, organization: String) throws(StoreError) -> VisitorRecord?
     func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorRecord]
     /// Holds, until this transaction ends, a lock on one host's identity in the organization
     /// (`key`: its instanceId, else its hardwareId), so that concurrent first reports of one host,
     /// even through different processes, resolve one after the other and make one visitor.
     func lockIdentity(organization: String, key: String) throws(StoreError)
     /// Removes visitors last seen before `cutoff` with their components and device keys
-    /// (retention); returns how many.
+    /// (retention) and takes their rows' cost (`StoreLimits.rowBytes`) off their organizations'
+    /// `storedBytes`; returns how many.
     func expireVisitors(lastSeenBefore cutoff: Int64) throws(StoreError) -> Int
 
     // Events
-    /// Stores the event and adds its size as stored to its organization's `storedBytes`.
+    /// Stores the event and adds its size as stored to its organization's `storedBytes` and to
+    /// its visitor's `eventBytes`.
     func insertEvent(_ event: EventRecord) throws(StoreError)
     func event(requestId: String, organization: String) throws(StoreError) -> EventRecord?
     func eventCount(organization: String?) throws(StoreError) -> Int
     /// Removes events received before `cutoff` (retention) and takes their size off their
-    /// organizations' `storedBytes`; returns how many.
+    /// organizations' `storedBytes` and their visitors' `eventBytes`; returns how many.
     func expireEvents(receivedBefore cutoff: Int64) throws(StoreError) -> Int
 
     // Rate limits

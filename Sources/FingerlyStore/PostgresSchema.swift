@@ -145,5 +145,24 @@ enum PostgresSchema {
             SELECT organization, 0, sum(octet_length(document)) FROM events GROUP BY organization
             """,
         ]),
+        // SQLiteSchema's migration 6: each visitor's event bytes, visitor rows in the quota, and
+        // device keys looked up by keyid.
+        Migration(version: SQLiteSchema.deviceShareVersion, statements: [
+            "ALTER TABLE visitors ADD COLUMN event_bytes BIGINT NOT NULL DEFAULT 0",
+            """
+            UPDATE visitors SET event_bytes = stored.bytes
+            FROM (SELECT visitor_id, sum(octet_length(document)) AS bytes FROM events GROUP BY visitor_id) AS stored
+            WHERE visitors.id = stored.visitor_id
+            """,
+            "CREATE INDEX visitor_device_keys_key ON visitor_device_keys(key_id)",
+            """
+            INSERT INTO storage_usage (organization, slot, bytes)
+            SELECT organization, 0, count(*) * 256
+                + coalesce(sum((SELECT count(*) FROM visitor_components AS c WHERE c.visitor_id = v.id)), 0) * 192
+                + coalesce(sum((SELECT count(*) FROM visitor_device_keys AS k WHERE k.visitor_id = v.id)), 0) * 160
+            FROM visitors AS v GROUP BY organization
+            ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes
+            """,
+        ]),
     ]
 }

@@ -211,13 +211,14 @@ final class PostgresTransaction: StoreTransaction {
 
     // MARK: Visitors
 
-    private static let visitorColumns = "id, organization, instance_id, hardware_id, first_seen, last_seen"
+    private static let visitorColumns = "id, organization, instance_id, hardware_id, first_seen, last_seen, event_bytes"
 
     private func visitors(_ sql: String, _ values: [PostgresValue]) throws(StoreError) -> [VisitorRecord] {
         let connection = try open()
         let rows = try connection.query(sql, values) {
             VisitorRecord(id: $0.text(0), organization: $0.text(1), instanceId: $0.optionalText(2), hardwareId: $0.optionalText(3),
-                          firstSeen: $0.integer(4), lastSeen: $0.integer(5), components: [], deviceKeys: [])
+                          firstSeen: $0.integer(4), lastSeen: $0.integer(5), components: [], deviceKeys: [],
+                          eventBytes: $0.integer(6))
         }
         return try rows.map { visitor throws(StoreError) in
             var visitor = visitor
@@ -264,16 +265,22 @@ final class PostgresTransaction: StoreTransaction {
             WHERE id = $3 AND organization = $4 AND instance_id IS NOT DISTINCT FROM $5::text AND hardware_id IS NOT DISTINCT FROM $6::text
             """, [.integer(visitor.firstSeen), .integer(visitor.lastSeen), .text(visitor.id), .text(visitor.organization),
                   .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId)])
+        var rowCost: Int64 = 0
         if touched == 0 {
             // An id taken by another organization is never overwritten: the WHERE leaves it as it is.
-            let changed = try connection.execute("""
+            // xmax is 0 on a row this statement inserted, not on one it updated: a new visitor's row costs.
+            let inserted = try connection.query("""
                 INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) VALUES ($1, $2, $3, $4, $5, $6)
                 ON CONFLICT (id) DO UPDATE SET instance_id = excluded.instance_id, hardware_id = excluded.hardware_id,
                     first_seen = excluded.first_seen, last_seen = excluded.last_seen
                 WHERE visitors.organization = excluded.organization
+                RETURNING (xmax = 0)
                 """, [.text(visitor.id), .text(visitor.organization), .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId),
-                      .integer(visitor.firstSeen), .integer(visitor.lastSeen)])
-            guard changed > 0 else { throw StoreError("visitor id \(visitor.id) belongs to another organization") }
+                      .integer(visitor.firstSeen), .integer(visitor.lastSeen)]) { $0.boolean(0) }
+            guard let new = inserted.first else {
+                throw StoreError("visitor id \(visitor.id) belongs to another organization")
+            }
+            if new { rowCost += StoreLimits.rowBytes(visitors: 1, components: 0, keys: 0) }
         }
         // The UPDATE above locked the visitor's row, but a row read before it (`previous`) may
         // predate another instance's change to the components: inserts skip what is there and
@@ -288,24 +295,48 @@ final class PostgresTransaction: StoreTransaction {
             storedKeys = Set(try connection.query("SELECT key_id FROM visitor_device_keys WHERE visitor_id = $1", [.text(visitor.id)]) { $0.text(0) })
         }
         let changes = VisitorRowChanges(visitor, storedComponents: storedComponents, storedKeys: storedKeys)
+        // Rows counted as the statements changed them: one another instance wrote or removed first costs nothing twice.
+        var components: Int64 = 0, keys: Int64 = 0
         for component in changes.removedComponents {
-            try connection.execute("DELETE FROM visitor_components WHERE visitor_id = $1 AND scope = $2 AND name = $3 AND hash = $4",
-                                   [.text(visitor.id), .text(component.scope), .text(component.name), .text(component.hash)])
+            components -= Int64(try connection.execute(
+                "DELETE FROM visitor_components WHERE visitor_id = $1 AND scope = $2 AND name = $3 AND hash = $4",
+                [.text(visitor.id), .text(component.scope), .text(component.name), .text(component.hash)]))
         }
         for component in changes.addedComponents {
-            try connection.execute("""
+            components += Int64(try connection.execute("""
                 INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES ($1, $2, $3, $4, $5)
                 ON CONFLICT DO NOTHING
-                """, [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name), .text(component.hash)])
+                """, [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name),
+                      .text(component.hash)]))
         }
         for keyId in changes.removedKeys {
-            try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = $1 AND key_id = $2", [.text(visitor.id), .text(keyId)])
+            keys -= Int64(try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = $1 AND key_id = $2",
+                                                 [.text(visitor.id), .text(keyId)]))
         }
         for key in changes.addedKeys {
-            try connection.execute("""
+            keys += Int64(try connection.execute("""
                 INSERT INTO visitor_device_keys (visitor_id, key_id, first_proven_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING
-                """, [.text(visitor.id), .text(key.keyId), .integer(key.firstProvenAt)])
+                """, [.text(visitor.id), .text(key.keyId), .integer(key.firstProvenAt)]))
         }
+        rowCost += StoreLimits.rowBytes(visitors: 0, components: components, keys: keys)
+        if rowCost != 0 { try addStoredBytes(rowCost, organization: visitor.organization) }
+    }
+
+    func unidentifiedVisitor(boundToKey keyId: String, organization: String) throws(StoreError) -> VisitorRecord? {
+        try visitors("""
+            SELECT \(Self.visitorColumns) FROM visitors
+            WHERE organization = $2 AND instance_id IS NULL AND hardware_id IS NULL
+              AND id IN (SELECT visitor_id FROM visitor_device_keys WHERE key_id = $1)
+            ORDER BY last_seen DESC, id LIMIT 1
+            """, [.text(keyId), .text(organization)]).first
+    }
+
+    /// Adds `bytes` to one of the organization's usage slots, chosen at random.
+    private func addStoredBytes(_ bytes: Int64, organization: String) throws(StoreError) {
+        try open().execute("""
+            INSERT INTO storage_usage (organization, slot, bytes) VALUES ($1, $2, $3)
+            ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes
+            """, [.text(organization), .integer(Int64.random(in: 0..<Int64(Self.storageUsageSlots))), .integer(bytes)])
     }
 
     func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorRecord] {
@@ -322,11 +353,31 @@ final class PostgresTransaction: StoreTransaction {
     }
 
     func expireVisitors(lastSeenBefore cutoff: Int64) throws(StoreError) -> Int {
-        // Components and device keys go with them (ON DELETE CASCADE).
-        try sweep("""
-            DELETE FROM visitors WHERE id IN (
-                SELECT id FROM visitors WHERE last_seen < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
-            """, cutoff)
+        // Components and device keys go with them (ON DELETE CASCADE); each batch takes its rows'
+        // cost off slot 0, counted from the snapshot the DELETE starts from.
+        let connection = try open()
+        var total = 0
+        while true {
+            let deleted = try connection.query("""
+                WITH doomed AS (
+                    SELECT id, organization FROM visitors WHERE last_seen < $1 LIMIT $2 FOR UPDATE SKIP LOCKED),
+                costs AS (
+                    SELECT organization, count(*) * \(StoreLimits.visitorRowBytes)
+                        + coalesce(sum((SELECT count(*) FROM visitor_components AS c WHERE c.visitor_id = d.id)), 0)
+                            * \(StoreLimits.componentRowBytes)
+                        + coalesce(sum((SELECT count(*) FROM visitor_device_keys AS k WHERE k.visitor_id = d.id)), 0)
+                            * \(StoreLimits.deviceKeyRowBytes) AS bytes
+                    FROM doomed AS d GROUP BY organization),
+                gone AS (DELETE FROM visitors WHERE id IN (SELECT id FROM doomed) RETURNING id),
+                taken AS (
+                    INSERT INTO storage_usage (organization, slot, bytes)
+                    SELECT organization, 0, -bytes FROM costs
+                    ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes)
+                SELECT count(*) FROM gone
+                """, [.integer(cutoff), .integer(Self.sweepBatch)]) { $0.integer(0) }.first ?? 0
+            total += Int(deleted)
+            if deleted < Self.sweepBatch { return total }
+        }
     }
 
     // MARK: Events
@@ -335,11 +386,10 @@ final class PostgresTransaction: StoreTransaction {
         try open().execute("INSERT INTO events (request_id, organization, visitor_id, received_at, document) VALUES ($1, $2, $3, $4, $5)",
                            [.text(event.requestId), .text(event.organization), .text(event.visitorId), .integer(event.receivedAt),
                             .bytes(event.document)])
-        try open().execute("""
-            INSERT INTO storage_usage (organization, slot, bytes) VALUES ($1, $2, $3)
-            ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes
-            """, [.text(event.organization), .integer(Int64.random(in: 0..<Int64(Self.storageUsageSlots))),
-                  .integer(Int64(event.document.count))])
+        try addStoredBytes(Int64(event.document.count), organization: event.organization)
+        // The visitor's row is locked by this transaction already (putVisitor updated it).
+        try open().execute("UPDATE visitors SET event_bytes = event_bytes + $1 WHERE id = $2 AND organization = $3",
+                           [.integer(Int64(event.document.count)), .text(event.visitorId), .text(event.organization)])
     }
 
     func event(requestId: String, organization: String) throws(StoreError) -> EventRecord? {
@@ -369,11 +419,15 @@ final class PostgresTransaction: StoreTransaction {
                 WITH gone AS (
                     DELETE FROM events WHERE request_id IN (
                         SELECT request_id FROM events WHERE received_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
-                    RETURNING organization, octet_length(document) AS bytes),
+                    RETURNING organization, visitor_id, octet_length(document) AS bytes),
                 taken AS (
                     INSERT INTO storage_usage (organization, slot, bytes)
                     SELECT organization, 0, -sum(bytes) FROM gone GROUP BY organization
-                    ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes)
+                    ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes),
+                shares AS (
+                    UPDATE visitors SET event_bytes = greatest(0, visitors.event_bytes - spent.bytes)
+                    FROM (SELECT visitor_id, sum(bytes) AS bytes FROM gone GROUP BY visitor_id) AS spent
+                    WHERE visitors.id = spent.visitor_id)
                 SELECT count(*) FROM gone
                 """, [.integer(cutoff), .integer(Self.sweepBatch)]) { $0.integer(0) }.first ?? 0
             total += Int(deleted)

@@ -10,6 +10,8 @@ enum SQLiteSchema {
     static var latestVersion: Int64 { migrations.last?.version ?? 0 }
     /// The migration that adds storage quotas, for the test that replays it on a populated database.
     static let storageUsageVersion: Int64 = 5
+    /// The migration that adds per-visitor event bytes and counts visitor rows in the quota.
+    static let deviceShareVersion: Int64 = 6
 
     static let createMigrationTable = """
         CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -152,6 +154,27 @@ enum SQLiteSchema {
             """
             INSERT INTO storage_usage (organization, slot, bytes)
             SELECT organization, 0, sum(length(document)) FROM events GROUP BY organization
+            """,
+        ]),
+        // One device's share of the quota: the bytes of events each visitor keeps, on its row (the
+        // row an identify writes anyway). Visitor rows count against the quota (the figures of
+        // StoreLimits.rowBytes when this shipped). Device keys are looked up by keyid: a key that
+        // claimed another's identity is settled as a visitor of its own, found by the key alone.
+        Migration(version: deviceShareVersion, statements: [
+            "ALTER TABLE visitors ADD COLUMN event_bytes INTEGER NOT NULL DEFAULT 0",
+            """
+            UPDATE visitors SET event_bytes = stored.bytes
+            FROM (SELECT visitor_id, sum(length(document)) AS bytes FROM events GROUP BY visitor_id) AS stored
+            WHERE visitors.id = stored.visitor_id
+            """,
+            "CREATE INDEX visitor_device_keys_key ON visitor_device_keys(key_id)",
+            """
+            INSERT INTO storage_usage (organization, slot, bytes)
+            SELECT organization, 0, count(*) * 256
+                + coalesce(sum((SELECT count(*) FROM visitor_components AS c WHERE c.visitor_id = v.id)), 0) * 192
+                + coalesce(sum((SELECT count(*) FROM visitor_device_keys AS k WHERE k.visitor_id = v.id)), 0) * 160
+            FROM visitors AS v WHERE true GROUP BY organization
+            ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes
             """,
         ]),
     ]

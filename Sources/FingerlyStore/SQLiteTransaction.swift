@@ -165,14 +165,15 @@ final class SQLiteTransaction: StoreTransaction {
 
     // MARK: Visitors
 
-    private static let visitorColumns = "id, organization, instance_id, hardware_id, first_seen, last_seen"
+    private static let visitorColumns = "id, organization, instance_id, hardware_id, first_seen, last_seen, event_bytes"
 
     /// The visitor rows, each completed with its components and device keys.
     private func visitors(_ sql: String, _ values: [SQLValue]) throws(StoreError) -> [VisitorRecord] {
         let connection = try open()
         let rows = try connection.query(sql, values) {
             VisitorRecord(id: $0.text(0), organization: $0.text(1), instanceId: $0.optionalText(2), hardwareId: $0.optionalText(3),
-                          firstSeen: $0.integer(4), lastSeen: $0.integer(5), components: [], deviceKeys: [])
+                          firstSeen: $0.integer(4), lastSeen: $0.integer(5), components: [], deviceKeys: [],
+                          eventBytes: $0.integer(6))
         }
         return try rows.map { visitor throws(StoreError) in
             var visitor = visitor
@@ -221,7 +222,10 @@ final class SQLiteTransaction: StoreTransaction {
             WHERE id = ?3 AND organization = ?4 AND instance_id IS ?5 AND hardware_id IS ?6
             """, [.integer(visitor.firstSeen), .integer(visitor.lastSeen), .text(visitor.id), .text(visitor.organization),
                   .optionalText(visitor.instanceId), .optionalText(visitor.hardwareId)])
+        var rowCost: Int64 = 0
         if touched == 0 {
+            let exists = try connection.query("SELECT 1 FROM visitors WHERE id = ?1", [.text(visitor.id)]) { $0.integer(0) }
+            if exists.isEmpty { rowCost += StoreLimits.rowBytes(visitors: 1, components: 0, keys: 0) }
             // An id taken by another organization is never overwritten: the WHERE leaves it as it is.
             let changed = try connection.execute("""
                 INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -244,22 +248,39 @@ final class SQLiteTransaction: StoreTransaction {
             storedKeys = Set(try connection.query("SELECT key_id FROM visitor_device_keys WHERE visitor_id = ?1", [.text(visitor.id)]) { $0.text(0) })
         }
         let changes = VisitorRowChanges(visitor, storedComponents: storedComponents, storedKeys: storedKeys)
+        var components: Int64 = 0, keys: Int64 = 0
         for component in changes.removedComponents {
-            try connection.execute("DELETE FROM visitor_components WHERE visitor_id = ?1 AND scope = ?2 AND name = ?3 AND hash = ?4",
-                                   [.text(visitor.id), .text(component.scope), .text(component.name), .text(component.hash)])
+            components -= Int64(try connection.execute(
+                "DELETE FROM visitor_components WHERE visitor_id = ?1 AND scope = ?2 AND name = ?3 AND hash = ?4",
+                [.text(visitor.id), .text(component.scope), .text(component.name), .text(component.hash)]))
         }
         for component in changes.addedComponents {
-            try connection.execute("INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES (?1, ?2, ?3, ?4, ?5)",
-                                   [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name),
-                                    .text(component.hash)])
+            components += Int64(try connection.execute(
+                "INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES (?1, ?2, ?3, ?4, ?5)",
+                [.text(visitor.id), .text(visitor.organization), .text(component.scope), .text(component.name),
+                 .text(component.hash)]))
         }
         for keyId in changes.removedKeys {
-            try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = ?1 AND key_id = ?2", [.text(visitor.id), .text(keyId)])
+            keys -= Int64(try connection.execute("DELETE FROM visitor_device_keys WHERE visitor_id = ?1 AND key_id = ?2",
+                                                 [.text(visitor.id), .text(keyId)]))
         }
         for key in changes.addedKeys {
-            try connection.execute("INSERT INTO visitor_device_keys (visitor_id, key_id, first_proven_at) VALUES (?1, ?2, ?3)",
-                                   [.text(visitor.id), .text(key.keyId), .integer(key.firstProvenAt)])
+            keys += Int64(try connection.execute(
+                "INSERT INTO visitor_device_keys (visitor_id, key_id, first_proven_at) VALUES (?1, ?2, ?3)",
+                [.text(visitor.id), .text(key.keyId), .integer(key.firstProvenAt)]))
         }
+        // A returning visitor whose rows did not change costs no write here.
+        rowCost += StoreLimits.rowBytes(visitors: 0, components: components, keys: keys)
+        if rowCost != 0 { try addStoredBytes(rowCost, organization: visitor.organization) }
+    }
+
+    func unidentifiedVisitor(boundToKey keyId: String, organization: String) throws(StoreError) -> VisitorRecord? {
+        try visitors("""
+            SELECT \(Self.visitorColumns) FROM visitors
+            WHERE organization = ?2 AND instance_id IS NULL AND hardware_id IS NULL
+              AND id IN (SELECT visitor_id FROM visitor_device_keys WHERE key_id = ?1)
+            ORDER BY last_seen DESC, id LIMIT 1
+            """, [.text(keyId), .text(organization)]).first
     }
 
     func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorRecord] {
@@ -268,8 +289,19 @@ final class SQLiteTransaction: StoreTransaction {
     }
 
     func expireVisitors(lastSeenBefore cutoff: Int64) throws(StoreError) -> Int {
+        let connection = try open()
+        // Their rows' cost comes off the quota in the same transaction as the rows.
+        let costs = try connection.query("""
+            SELECT organization, count(*),
+                   sum((SELECT count(*) FROM visitor_components AS c WHERE c.visitor_id = v.id)),
+                   sum((SELECT count(*) FROM visitor_device_keys AS k WHERE k.visitor_id = v.id))
+            FROM visitors AS v WHERE last_seen < ?1 GROUP BY organization
+            """, [.integer(cutoff)]) {
+                ($0.text(0), StoreLimits.rowBytes(visitors: $0.integer(1), components: $0.integer(2), keys: $0.integer(3)))
+            }
+        for (organization, bytes) in costs where bytes != 0 { try addStoredBytes(-bytes, organization: organization) }
         // Components and device keys go with them (ON DELETE CASCADE, foreign keys are on).
-        try open().execute("DELETE FROM visitors WHERE last_seen < ?1", [.integer(cutoff)])
+        return try connection.execute("DELETE FROM visitors WHERE last_seen < ?1", [.integer(cutoff)])
     }
 
     /// Nothing to take: BEGIN IMMEDIATE already admits one writer to the whole database.
@@ -287,6 +319,9 @@ final class SQLiteTransaction: StoreTransaction {
             """, [.text(event.requestId), .text(event.organization), .text(event.visitorId), .integer(event.receivedAt),
                   .blob(document.bytes), .integer(document.encoding.rawValue)])
         try addStoredBytes(Int64(document.bytes.count), organization: event.organization)
+        // The visitor's row was written just before in this transaction: its page is dirty already.
+        try connection.execute("UPDATE visitors SET event_bytes = event_bytes + ?1 WHERE id = ?2 AND organization = ?3",
+                               [.integer(Int64(document.bytes.count)), .text(event.visitorId), .text(event.organization)])
     }
 
     func event(requestId: String, organization: String) throws(StoreError) -> EventRecord? {
@@ -313,6 +348,12 @@ final class SQLiteTransaction: StoreTransaction {
             SELECT organization, sum(length(document)) FROM events WHERE received_at < ?1 GROUP BY organization
             """, [.integer(cutoff)]) { ($0.text(0), $0.integer(1)) }
         for (organization, bytes) in expiring { try addStoredBytes(-bytes, organization: organization) }
+        try open().execute("""
+            UPDATE visitors SET event_bytes = max(0, event_bytes - expiring.bytes)
+            FROM (SELECT visitor_id, sum(length(document)) AS bytes FROM events WHERE received_at < ?1 GROUP BY visitor_id)
+                AS expiring
+            WHERE visitors.id = expiring.visitor_id
+            """, [.integer(cutoff)])
         return try open().execute("DELETE FROM events WHERE received_at < ?1", [.integer(cutoff)])
     }
 

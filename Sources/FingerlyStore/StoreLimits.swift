@@ -10,6 +10,19 @@ package enum StoreLimits {
     /// The most components, and the most device keys, one visitor keeps.
     package static let maximumVisitorComponents = 1_024
 
+    /// What a visitor's rows count against its organization's quota: a visitor row, each of its
+    /// components and each of its device keys, at about what one takes with its index entries.
+    /// Counted per row, not per byte of text, so the sweep can take it off in SQL and re-keying
+    /// changes nothing.
+    package static let visitorRowBytes: Int64 = 256
+    package static let componentRowBytes: Int64 = 192
+    package static let deviceKeyRowBytes: Int64 = 160
+
+    /// The quota cost of `visitors` visitor rows with `components` component and `keys` key rows.
+    package static func rowBytes(visitors: Int64, components: Int64, keys: Int64) -> Int64 {
+        visitors * visitorRowBytes + components * componentRowBytes + keys * deviceKeyRowBytes
+    }
+
     /// A caller's row limit, within 0…`maximumRows`.
     static func clamped(_ limit: Int) -> Int64 {
         Int64(max(0, min(limit, maximumRows)))

@@ -297,7 +297,14 @@ import Testing
         let claimed = try run()
         #expect(claimed.visitorId != first.visitorId && claimed.visitorIsNew == true)
         #expect(claimed.triggers.contains { $0.signal == "identity_claimed_without_key" && $0.confidence == .high })
+        // The new key's claim is settled as a visitor of its own, kept without identifiers.
         let visitors = try runCLI(["visitors", "--json"], environment: environment)
-        #expect(visitors.status == 0 && !visitors.standardOutput.contains(claimed.visitorId ?? "-"))
+        #expect(visitors.status == 0, "\(visitors.standardError)")
+        let listed = try JSONDecoder.fingerly.decode([VisitorSummary].self, from: Data(visitors.standardOutput.utf8))
+        let settled = try #require(listed.first { $0.visitorId == claimed.visitorId })
+        #expect(settled.instanceId == nil && settled.hardwareId == nil && settled.components == 0 && settled.deviceKeys == 1)
+        let again = try run()
+        #expect(again.visitorId == claimed.visitorId && again.visitorIsNew == false)
+        #expect(!again.triggers.contains { $0.signal == "identity_claimed_without_key" })
     }
 }

@@ -176,13 +176,92 @@ struct JudgedReportTests {
             #expect(!verdict.value && verdict.confidence == .low && !verdict.missingEvidence.isEmpty,
                     "\(name): \(verdict)")
         }
-        // The honest report it came from is judged with nothing missing.
+        // The honest report it came from misses only what it says it could not look at: the server
+        // takes no sender's word for `absent` or `skipped`, the probes it reported ok are evidence.
         let honestAnswer = try server.identify(Self.collected)
         let honest = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(honestAnswer.body))
+        let unread = Set(probes.filter { $0.status != .ok }.map(\.id))
         for name in VerdictName.allCases {
-            #expect(try #require(honest.verdicts)[name].missingEvidence.isEmpty, "\(name)")
+            let missing = try #require(honest.verdicts)[name].missingEvidence
+            #expect(Set(missing.map(\.probe)).isSubset(of: unread), "\(name): \(missing)")
         }
         #expect(honest.identifiable)
+    }
+
+    /// A probe claimed `skipped`, `absent`, `error`, `malformed` or `timeout` is no cleaner than the
+    /// same probe `denied`: the server has only the sender's word for any of them. Per verdict's
+    /// probes and over all of them, each in an organization of its own; the client's own scoring
+    /// still takes `absent` as evidence (no DMI on a VM without it is what it says).
+    @Test func claimedStatusesNeverScoreCleanerThanDeniedOnes() throws {
+        let submission = try Self.submission()
+        let probes = submission.report.probes
+        let engine = VerdictEngine(policy: .embedded(), catalogue: .embedded)
+        var subsets: [Set<String>] = [Set(probes.map(\.id))]
+        for name in VerdictName.allCases {
+            let read = Set(Policy.embedded().signals(of: name).compactMap { engine.owners[$0] }).intersection(probes.map(\.id))
+            if !read.isEmpty { subsets.append(read) }
+        }
+        func claimed(_ probe: ProbeEntry, _ status: ProbeStatus) -> ProbeEntry {
+            ProbeEntry(id: probe.id, tier: probe.tier, status: status, durationMs: probe.durationMs, detail: "claimed",
+                       issues: [], signals: [:], identityComponents: [])
+        }
+        let server = try SigningServer("judged-statuses")
+        for (index, left) in subsets.enumerated() {
+            let deniedOrg = "denied\(index)"
+            let deniedBody = try Self.body(submission, probes: probes.map { left.contains($0.id) ? Self.denied($0) : $0 },
+                                           organization: deniedOrg)
+            let denied = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(try server.identify(deniedBody, organization: deniedOrg).body))
+            for status in [ProbeStatus.skipped, .absent, .error, .malformed, .timeout] {
+                let claimOrg = "\(status.rawValue)\(index)"
+                let claimBody = try Self.body(submission, probes: probes.map { left.contains($0.id) ? claimed($0, status) : $0 },
+                                              organization: claimOrg)
+                let response = try server.identify(claimBody, organization: claimOrg)
+                #expect(response.status == 200, "\(response.text)")
+                let answer = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(response.body))
+                let label = "\(status.rawValue) for \(left.sorted())"
+                #expect(try #require(answer.suspectScore) >= (try #require(denied.suspectScore)), "\(label)")
+                let claimedVerdicts = try #require(answer.verdicts), deniedVerdicts = try #require(denied.verdicts)
+                for name in VerdictName.allCases {
+                    let (claim, refusal) = (claimedVerdicts[name], deniedVerdicts[name])
+                    #expect(Self.suspicion(claim) >= Self.suspicion(refusal), "\(name) \(label): \(claim) against \(refusal)")
+                    #expect(Set(refusal.missingEvidence.map(\.probe)).isSubset(of: claim.missingEvidence.map(\.probe)),
+                            "\(name) \(label): \(claim.missingEvidence) against \(refusal.missingEvidence)")
+                }
+            }
+        }
+
+        // The collector's own judgement of its own run: an absent probe is evidence, not a gap.
+        let read = Set(VerdictName.allCases.flatMap { Policy.embedded().signals(of: $0).compactMap { engine.owners[$0] } })
+        let absent = try #require(probes.first { $0.status == .absent && read.contains($0.id) })
+        let local = engine.evaluate(submission.report)
+        #expect(local.values.allSatisfy { verdict in !verdict.missingEvidence.contains { $0.probe == absent.id } })
+        let judged = VerdictEngine(policy: .embedded(), catalogue: .embedded, absence: .missingEvidence).evaluate(submission.report)
+        #expect(judged.values.contains { verdict in verdict.missingEvidence.contains { $0.probe == absent.id && $0.status == .absent } })
+    }
+
+    /// The local mode judges the report its own process collected: what a probe found `absent` is
+    /// evidence there (no DMI on a VM without it), while a server, given the same report, lists it
+    /// as missing evidence.
+    @Test func theLocalModeTakesItsOwnAbsentProbesAsEvidence() throws {
+        let state = try SubmissionCLITests.freshState("judged-local-absent")
+        let environment = ProcessInfo.processInfo.environment.merging(["FINGERLY_STATE_DIR": state]) { $1 }
+        let run = try runCLI(["--root", TestPaths.fixture("laptop-baremetal"), "--json"], environment: environment,
+                             removing: ["FINGERLY_API_KEY", "FINGERLY_ENDPOINT"])
+        #expect(run.status == 0, "\(run.standardError)")
+        let local = try run.identifyResult()
+        #expect(local.state == .local)
+        let absent = Set(local.report.probes.filter { $0.status == .absent }.map(\.id))
+        #expect(!absent.isEmpty)
+        for name in VerdictName.allCases {
+            let verdict = local.verdicts[name]
+            #expect(!verdict.missingEvidence.contains { absent.contains($0.probe) }, "\(name): \(verdict)")
+        }
+        let server = try SigningServer("judged-local-absent")
+        let response = try server.identify(Self.collected)
+        let verdicts = try #require(try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(response.body)).verdicts)
+        #expect(VerdictName.allCases.contains { name in
+            verdicts[name].missingEvidence.contains { $0.status == .absent }
+        })
     }
 
     /// Declared tiers that leave out the probes present, or none at all, read no cleaner: every

@@ -220,8 +220,14 @@ struct BoundedStorageTests {
 
         clock.advance(days: 31)
         harness.server.purgeExpired(clock.now)
-        let freed = try harness.store.transaction { tx throws(StoreError) in try tx.organization(named: "acme") }
-        #expect(freed?.storedBytes == 0)
+        // The events are gone; the visitor they were stored under stays (visitor retention) and keeps costing its rows.
+        let (freed, visitors) = try harness.store.transaction { tx throws(StoreError) in
+            (try tx.organization(named: "acme"), try tx.visitors(organization: "acme", limit: 10))
+        }
+        #expect(visitors.count == 1 && visitors.first?.eventBytes == 0)
+        #expect(freed?.storedBytes == visitors.map {
+            StoreLimits.rowBytes(visitors: 1, components: Int64($0.components.count), keys: Int64($0.deviceKeys.count))
+        }.reduce(0, +))
         let after = try harness.client.request("GET", "/metrics").text
         // acme's events and other's one.
         #expect(after.contains(#"fingerly_retention_purged_total{kind="events"} "# + String(statuses.count)), "\(after)")
@@ -564,22 +570,33 @@ struct PostgresStorageBoundsTests {
     @Test func theMigrationCountsTheEventsAlreadyStored() throws {
         let database = try TestPaths.temporaryDirectory("quota-migration") + "/db.sqlite"
         let store = try SQLiteStore(path: database)
+        let hash = String(repeating: "c", count: 64)
         try store.transaction { tx throws(StoreError) in
             _ = try tx.ensureOrganization(named: "acme", now: 0)
+            // One of the events' visitors is stored, with two components and a key.
+            try tx.putVisitor(VisitorRecord(id: "vis_req_0", organization: "acme", instanceId: "i", hardwareId: nil, firstSeen: 0, lastSeen: 1,
+                                            components: [ComponentRecord(scope: "instance", name: "machine-id", hash: hash),
+                                                         ComponentRecord(scope: "hardware", name: "disk", hash: hash)],
+                                            deviceKeys: [DeviceKeyRecord(keyId: "key-a", firstProvenAt: 0)]))
             for index in 0..<4 { try tx.insertEvent(StorageBoundsStoreContractTests.event("req_\(index)", organization: "acme", at: 1, size: 3_000)) }
         }
-        let counted = try store.transaction { tx throws(StoreError) in try tx.storedBytes()["acme"] ?? 0 }
+        let (counted, share) = try store.transaction { tx throws(StoreError) in
+            (try tx.storedBytes()["acme"] ?? 0, try tx.visitor(id: "vis_req_0", organization: "acme")?.eventBytes ?? 0)
+        }
         store.close()
-        // Back to the version before it, as a database written before this migration is.
+        // Back to the version before them, as a database written before these migrations is.
         let downgrade = try runProcess("/usr/bin/sqlite3", [database, """
+            DROP INDEX visitor_device_keys_key; ALTER TABLE visitors DROP COLUMN event_bytes;
             DROP TABLE storage_usage; ALTER TABLE organizations DROP COLUMN storage_quota;
-            DELETE FROM schema_migrations WHERE version = \(SQLiteSchema.storageUsageVersion);
+            DELETE FROM schema_migrations WHERE version >= \(SQLiteSchema.storageUsageVersion);
             """])
         try #require(downgrade.status == 0, "\(downgrade.standardError)")
         let upgraded = try SQLiteStore(path: database)
         defer { upgraded.close() }
         #expect(try upgraded.schemaVersion() == SQLiteSchema.latestVersion)
-        #expect(counted > 0)
+        #expect(counted > 12_000 && share > 2_000 && share < counted)
+        // What the migrations count is what the store counts as it goes: the events and the visitor's rows.
         #expect(try upgraded.transaction { tx throws(StoreError) in try tx.organization(named: "acme")?.storedBytes } == counted)
+        #expect(try upgraded.transaction { tx throws(StoreError) in try tx.visitor(id: "vis_req_0", organization: "acme")?.eventBytes } == share)
     }
 }

@@ -17,9 +17,10 @@ import Testing
         StatusCode(401, "invalid_key"), StatusCode(401, "invalid_signature"), StatusCode(401, "stale_signature"),
         StatusCode(401, "missing_signature"), StatusCode(401, "invalid_key_rotation"), StatusCode(402, "organization_not_accepting"),
         StatusCode(403, "forbidden"), StatusCode(404, "not_found"), StatusCode(405, "method_not_allowed"),
-        StatusCode(408, "request_timeout"), StatusCode(409, "request_in_progress"), StatusCode(413, "payload_too_large"),
+        StatusCode(408, "request_timeout"), StatusCode(409, "request_in_progress"), StatusCode(413, "payload_too_large"), StatusCode(413, "report_too_large"),
         StatusCode(422, "idempotency_key_reused"), StatusCode(429, "rate_limited"), StatusCode(429, "too_many_failures"),
         StatusCode(500, "internal"), StatusCode(503, "unavailable"), StatusCode(507, "storage_quota_exceeded"),
+        StatusCode(507, "device_quota_exceeded"),
     ]
 
     struct StatusCode: Hashable, CustomStringConvertible {
