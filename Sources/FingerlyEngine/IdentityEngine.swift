@@ -247,7 +247,7 @@ package final class IdentityEngine: Sendable {
             guard binding.matches(record.bodyHash) else { return .answer(.keyReused) }
             switch record.state {
             case .complete:
-                return .answer(replay(record))
+                return .answer(try replay(record, tx))
             case .inFlight:
                 let age = now.subtractingReportingOverflow(record.updatedAt)
                 if !age.overflow, age.partialValue < Self.inFlightTakeoverSeconds { return .answer(.inProgress) }
@@ -268,11 +268,24 @@ package final class IdentityEngine: Sendable {
         return !age.overflow && age.partialValue >= idempotencyRetentionSeconds
     }
 
-    /// The stored answer again, identical but for `duplicate: true`.
-    private func replay(_ record: IdempotencyRecord) -> EngineAnswer {
-        guard let stored = record.response,
-              var answer = try? JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(stored)) else {
-            return .error(500, "internal", "The stored answer for this idempotency key is unreadable.")
+    /// The stored answer again, identical but for `duplicate: true`. A completed record holds the
+    /// requestId of the event its answer is part of (an answer with a report's missing evidence
+    /// took more than the kilobyte an idempotency row keeps in its page); records written before
+    /// hold the answer itself.
+    private func replay(_ record: IdempotencyRecord, _ tx: any StoreTransaction) throws(StoreError) -> EngineAnswer {
+        let unreadable = EngineAnswer.error(500, "internal", "The stored answer for this idempotency key is unreadable.")
+        guard let stored = record.response else { return unreadable }
+        var answer: IdentifyAnswer
+        if stored.first == UInt8(ascii: "{") {
+            guard let decoded = try? JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(stored)) else { return unreadable }
+            answer = decoded
+        } else {
+            let requestId = String(decoding: stored, as: UTF8.self)
+            guard let event = try tx.event(requestId: requestId, organization: record.organization),
+                  let stored = try? JSONDecoder.fingerly.decode(StoredEvent.self, from: Data(event.document)) else {
+                return unreadable
+            }
+            answer = IdentifyAnswer(storedIn: stored)
         }
         answer.duplicate = true
         guard let bytes = try? JSONEncoder.fingerly.encode(answer) else {
@@ -357,7 +370,7 @@ package final class IdentityEngine: Sendable {
                 // finished meanwhile: its answer stands, nothing is stored twice.
                 if let record = try tx.idempotency(organization: organization, key: key), record.state == .complete,
                    binding.matches(record.bodyHash), !Self.expired(record.createdAt, now: now) {
-                    return self.replay(record)
+                    return try self.replay(record, tx)
                 }
                 // Other processes may resolve the same host at this moment: the lock makes a
                 // second first report wait, then find the visitor the first one made.
@@ -449,7 +462,8 @@ package final class IdentityEngine: Sendable {
                                                receivedAt: now, document: document))
                 try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: binding.hash,
                                                         state: .complete,
-                                                        response: answerBytes, status: 200, createdAt: createdAt, updatedAt: now))
+                                                        response: Array(requestId.utf8), status: 200, createdAt: createdAt,
+                                                        updatedAt: now))
                 return EngineAnswer(status: 200, body: answerBytes, code: nil, unknownMembersDropped: unknownMembers)
             }
         } catch {
@@ -484,5 +498,16 @@ package final class IdentityEngine: Sendable {
                                   hardwareId: record.hardwareId, identifiable: observed.identifiable,
                                   components: record.components.count, deviceKeys: record.deviceKeys.count)
         }
+    }
+}
+
+extension IdentifyAnswer {
+    /// The answer an event was stored with (duplicate: false): the event writes every member,
+    /// absent ones as null and no triggers as `[]`, which an answer without a score leaves out.
+    init(storedIn event: StoredEvent) {
+        self.init(requestId: event.requestId, visitorId: event.visitorId, visitorIsNew: event.visitorIsNew,
+                  visitorConfidence: event.visitorConfidence, identifiable: event.identifiable, duplicate: false,
+                  suspectScore: event.suspectScore, suspectLevel: event.suspectLevel,
+                  triggers: event.suspectScore == nil ? nil : event.triggers, verdicts: event.verdicts, policy: event.policy)
     }
 }

@@ -260,15 +260,39 @@ extension EngineAnswer {
         #expect(second.visitorId == first.visitorId && !second.visitorIsNew && second.visitorConfidence == 98)
         #expect(second.requestId != first.requestId)
 
+        let firstBytes = under.identify(body, key: "key-1a").body
+        let firstOfItsKey = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(firstBytes))
         let replayAnswer = under.identify(body, key: "key-1", now: F.now + 120)
         let replay = try replayAnswer.identifyAnswer()
         #expect(replay.duplicate && replay.requestId == first.requestId && replay.visitorIsNew)
-        // Identical but for `duplicate`.
-        var original = try JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(under.identify(body, key: "key-1").body))
-        original.duplicate = false
+        // Identical but for `duplicate`, byte for byte: the record names the event its answer is
+        // part of, and the replay is rebuilt from it.
         let stored = try #require(try under.idempotency("key-1")?.response)
-        #expect(Array(try JSONEncoder.fingerly.encode(original)) == stored)
-        #expect(try under.eventCount() == 2)
+        #expect(String(decoding: stored, as: UTF8.self) == first.requestId)
+        var replayed = replay
+        replayed.duplicate = false
+        #expect(Array(try JSONEncoder.fingerly.encode(replayed)) == Array(try JSONEncoder.fingerly.encode(first)))
+        let replayOfItsKey = under.identify(body, key: "key-1a", now: F.now + 130).body
+        #expect(String(decoding: replayOfItsKey, as: UTF8.self)
+                == String(decoding: firstBytes, as: UTF8.self).replacingOccurrences(of: #""duplicate":false"#, with: #""duplicate":true"#))
+        #expect(!firstOfItsKey.duplicate)
+        #expect(try under.eventCount() == 3)
+    }
+
+    @Test func aRecordWrittenWithItsAnswerBeforeStillReplaysIt() throws {
+        let under = try EngineUnderTest("replay-stored-answer")
+        let body = try F.body(F.report(F.host()))
+        let first = under.identify(body, key: "old")
+        let record = try #require(try under.idempotency("old"))
+        // As records were written before they named their event: the answer itself.
+        try under.store.transaction { (tx) throws(StoreError) in
+            try tx.putIdempotency(IdempotencyRecord(organization: record.organization, key: record.key, bodyHash: record.bodyHash,
+                                                    state: .complete, response: first.body, status: 200,
+                                                    createdAt: record.createdAt, updatedAt: record.updatedAt))
+        }
+        let replay = under.identify(body, key: "old", now: F.now + 5)
+        #expect(String(decoding: replay.body, as: UTF8.self)
+                == String(decoding: first.body, as: UTF8.self).replacingOccurrences(of: #""duplicate":false"#, with: #""duplicate":true"#))
     }
 
     @Test func theSameKeyWithAnotherBodyIs422AndTheFirstStands() throws {
