@@ -109,6 +109,9 @@ package final class FailureLimiter: Sendable {
                 window.failures.removeAll(keepingCapacity: true)
             }
             let tracked = window.failures[peer] != nil || window.failures.count < Self.trackedAddresses
+            // Past the tracked addresses every other one shares a count: a device admitted before is
+            // not held to what a flood from addresses it never used spent of it.
+            if !tracked && known { return true }
             let address = tracked ? peer : Self.overflowAddress
             var counted = window.failures[address, default: Failures()]
             guard counted.devices < addressLimit, known || counted.newDevices < newDeviceLimit else { return false }

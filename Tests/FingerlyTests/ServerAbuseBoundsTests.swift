@@ -175,6 +175,32 @@ struct AuthenticatedRateLimitTests {
         #expect(limiter.isExhausted(peer: "203.0.113.9", now: 12))
         #expect(!limiter.isExhausted(peer: "10.0.0.1", now: 12))
     }
+
+    /// A flood from more addresses than are tracked shares one count past them; a device admitted
+    /// before, arriving from an address the flood never used, is not held to what it spent.
+    @Test func anAdmittedDeviceIsNotHeldToTheOverflowCountOfAFloodsAddresses() {
+        let limiter = FailureLimiter(limit: 1_000, newDeviceLimit: 2)
+        let genuine = FailureLimiter.Device(publicKey: "fly_pk_a", keyID: "genuine")
+        limiter.recordAdmitted(genuine)
+        for index in 0..<FailureLimiter.trackedAddresses {
+            limiter.recordFailure(peer: "10.\(index >> 16 & 255).\(index >> 8 & 255).\(index & 255)", now: 20)
+        }
+        let flooder = FailureLimiter.Device(publicKey: "fly_pk_a", keyID: "flooder")
+        limiter.recordAdmitted(flooder)
+        let allowed = 2 * FailureLimiter.devicesPerAddress
+        for index in 0..<allowed {
+            #expect(limiter.admitsDevice(peer: "172.16.0.\(index)", now: 20, device: flooder))
+        }
+        // Untracked addresses: a device never admitted shares the new devices' allowance, which the
+        // flood left whole here, and then is refused; the genuine one is admitted from a fresh address.
+        let newcomer = FailureLimiter.Device(publicKey: "fly_pk_a", keyID: "new")
+        #expect(limiter.admitsDevice(peer: "172.16.1.1", now: 20, device: newcomer))
+        #expect(limiter.admitsDevice(peer: "172.16.1.2", now: 20, device: newcomer))
+        #expect(!limiter.admitsDevice(peer: "172.16.1.3", now: 20, device: newcomer))
+        #expect(limiter.admitsDevice(peer: "192.0.2.77", now: 20, device: genuine))
+        // A tracked address keeps its own count for every device.
+        #expect(limiter.admitsDevice(peer: "10.0.0.1", now: 20, device: genuine))
+    }
 }
 
 /// Bounded storage per organization (issue 22, finding 5): a quota on the bytes of events,
