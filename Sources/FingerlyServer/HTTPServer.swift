@@ -151,7 +151,9 @@ package final class HTTPServer: @unchecked Sendable {
                         // shutdownLetsARequestInFlightFinish under load). Its poll path signals the
                         // workers instead.
                         tls_certificate: certificateText, tls_key: keyText, use_epoll: 0)
-                    return fingerly_httpd_start(&options, accessHandler, completedHandler, context)
+                    // NULL when it cannot listen: kept optional here, never unwrapped into a trap.
+                    let daemon: OpaquePointer? = fingerly_httpd_start(&options, accessHandler, completedHandler, context)
+                    return daemon
                 }
             }
         } ?? nil
