@@ -99,26 +99,36 @@ import Testing
     /// the identifiers derived from them (a clone on other hardware), or, with `instanceId`, its
     /// instance components too and that instanceId written over what they derive.
     static func rewritten(_ body: [UInt8], instanceId: String? = nil) throws -> [UInt8] {
+        let hasher = IdentifierHasher(organization: "acme")
+        return try withComponentHashes(body, instanceId: instanceId) { component in
+            component.scope == .hardware || instanceId != nil ? hasher.hash("impostor-" + component.hash) : component.hash
+        }
+    }
+
+    /// `body` with each identity component's hash replaced by `hash(component)` and the identifiers
+    /// derived from them under acme, as the collector derives them; `instanceId` written over the
+    /// derived one when given.
+    static func withComponentHashes(_ body: [UInt8], instanceId: String? = nil,
+                                    _ hash: (IdentityComponent) -> String) throws -> [UInt8] {
         let submission = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(body))
         let report = submission.report
-        let hasher = IdentifierHasher(organization: "acme")
         let probes = report.probes.map { probe in
             ProbeEntry(id: probe.id, tier: probe.tier, status: probe.status, durationMs: probe.durationMs, detail: probe.detail,
                        issues: probe.issues, signals: probe.signals, identityComponents: probe.identityComponents.map {
-                           $0.scope == .hardware || instanceId != nil
-                               ? IdentityComponent(scope: $0.scope, name: $0.name, hash: hasher.hash("impostor-" + $0.hash),
-                                                   worldReadable: $0.worldReadable) : $0
+                           IdentityComponent(scope: $0.scope, name: $0.name, hash: hash($0), worldReadable: $0.worldReadable)
                        })
         }
-        let derived = HostIdentity.derive(from: probes.flatMap(\.identityComponents), hasher: hasher)
+        let derived = HostIdentity.derive(from: probes.flatMap(\.identityComponents),
+                                          hasher: IdentifierHasher(organization: "acme"))
         let identity = HostIdentity(hardwareId: derived.hardwareId, hardwareIdVersion: derived.hardwareIdVersion,
                                     instanceId: instanceId ?? derived.instanceId, instanceIdVersion: derived.instanceIdVersion,
                                     hardwareComponents: derived.hardwareComponents, instanceComponents: derived.instanceComponents,
                                     rootOnlyEvidence: derived.rootOnlyEvidence)
-        let forged = SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion, collectedAt: report.collectedAt,
-                                  tag: report.tag, root: report.root, tiers: report.tiers, budgetMs: report.budgetMs, elapsedMs: report.elapsedMs,
-                                  probes: probes, identity: identity, identifierKeying: report.identifierKeying, freeText: report.freeText)
-        return Array(try JSONEncoder.fingerly.encode(SubmissionBody(client: submission.client, report: forged)))
+        let changed = SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion,
+                                   collectedAt: report.collectedAt, tag: report.tag, root: report.root, tiers: report.tiers,
+                                   budgetMs: report.budgetMs, elapsedMs: report.elapsedMs, probes: probes, identity: identity,
+                                   identifierKeying: report.identifierKeying, freeText: report.freeText)
+        return Array(try JSONEncoder.fingerly.encode(SubmissionBody(client: submission.client, report: changed)))
     }
 
     /// Acceptance: an impostor with the victim's report, unsigned, signed with a new key, on

@@ -27,21 +27,8 @@ import Testing
 
     /// `body` as another host's: every component hash salted, the identifiers derived from them.
     static func anotherHost(_ body: [UInt8], salt: String) throws -> [UInt8] {
-        let submission = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(body))
-        let report = submission.report
         let hasher = IdentifierHasher(organization: "acme")
-        let probes = report.probes.map { probe in
-            ProbeEntry(id: probe.id, tier: probe.tier, status: probe.status, durationMs: probe.durationMs, detail: probe.detail,
-                       issues: probe.issues, signals: probe.signals, identityComponents: probe.identityComponents.map {
-                           IdentityComponent(scope: $0.scope, name: $0.name, hash: hasher.hash(salt + $0.hash), worldReadable: $0.worldReadable)
-                       })
-        }
-        let changed = SignalReport(schemaVersion: report.schemaVersion, collectorVersion: report.collectorVersion,
-                                   collectedAt: report.collectedAt, tag: report.tag, root: report.root, tiers: report.tiers,
-                                   budgetMs: report.budgetMs, elapsedMs: report.elapsedMs, probes: probes,
-                                   identity: HostIdentity.derive(from: probes.flatMap(\.identityComponents), hasher: hasher),
-                                   identifierKeying: report.identifierKeying, freeText: report.freeText)
-        return Array(try JSONEncoder.fingerly.encode(SubmissionBody(client: submission.client, report: changed)))
+        return try DeviceBindingTests.withComponentHashes(body) { hasher.hash(salt + $0.hash) }
     }
 
     static func organization(_ deployment: Deployment) throws -> OrganizationRecord {
