@@ -277,8 +277,8 @@ int fingerly_httpd_check_tls(const char *certificate, const char *key, char *mes
     struct first_message first = {message, capacity, 0};
     if (capacity > 0) message[0] = 0;
     // No listening socket and no internal thread: the daemon only loads the credentials.
-    struct MHD_Daemon *daemon = MHD_start_daemon(MHD_USE_TLS | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                                                 refuse_request, NULL,
+    unsigned int flags = MHD_USE_TLS | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
+    struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, refuse_request, NULL,
                                                  MHD_OPTION_EXTERNAL_LOGGER, keep_first_message, &first,
                                                  MHD_OPTION_HTTPS_MEM_CERT, certificate,
                                                  MHD_OPTION_HTTPS_MEM_KEY, key, MHD_OPTION_END);

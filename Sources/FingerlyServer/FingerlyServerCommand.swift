@@ -152,7 +152,9 @@ package enum FingerlyServerCommand {
             }
             index += 1
             if isConfig {
-                guard configFile == nil else { throw ConfigurationError("--config and --optional-config: give one, once") }
+                guard configFile == nil else {
+                    throw ConfigurationError("--config and --optional-config: give one, once")
+                }
                 configFile = value
                 configFileIsOptional = name == "optional-config"
             } else {

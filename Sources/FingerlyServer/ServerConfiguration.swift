@@ -126,7 +126,8 @@ package struct ServerConfiguration: Sendable, Hashable {
     }
 
     /// The keys a configuration file and `--flags` share.
-    package static let keys = ["listen", "database", "database-file", "body-limit", "rate-limit", "retention-days", "visitor-retention-days",
+    package static let keys = ["listen", "database", "database-file",
+                               "body-limit", "rate-limit", "retention-days", "visitor-retention-days",
                                "storage-quota", "device-share", "failure-limit", "threads",
                                "connection-limit", "connections-per-address", "connection-timeout", "header-limit",
                                "shutdown-grace",
@@ -210,7 +211,8 @@ package struct ServerConfiguration: Sendable, Hashable {
             }
             guard seen.insert(key).inserted else { throw ConfigurationError("\(name):\(lineNumber): '\(key)' is set twice") }
             if let other = Self.exclusive[key], seen.contains(other) {
-                throw ConfigurationError("\(name):\(lineNumber): '\(key)' and '\(other)' both name the database: set one")
+                throw ConfigurationError(
+                    "\(name):\(lineNumber): '\(key)' and '\(other)' both name the database: set one")
             }
             try set(key, value, origin: "\(name):\(lineNumber)")
         }

@@ -40,7 +40,8 @@ package struct ServiceNotification: Sendable {
                 payload.withUnsafeBytes { bytes in
                     var result: Int
                     repeat {
-                        result = sendto(descriptor, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL), socketAddress, length)
+                        result = sendto(descriptor, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL),
+                                        socketAddress, length)
                     } while result < 0 && errno == EINTR
                     return result
                 }
@@ -50,6 +51,7 @@ package struct ServiceNotification: Sendable {
     }
 
     private static func failure(_ call: String) -> ConfigurationError {
-        ConfigurationError("cannot notify the service manager (\(call)): \(String(cString: strerror(errno)))", exit: .unavailable)
+        let reason = String(cString: strerror(errno))
+        return ConfigurationError("cannot notify the service manager (\(call)): \(reason)", exit: .unavailable)
     }
 }

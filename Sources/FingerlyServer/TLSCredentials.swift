@@ -24,15 +24,16 @@ package struct TLSCredentials: Sendable {
             (keyPEM + [0]).withUnsafeBufferPointer { keyText in
                 certificateText.withMemoryRebound(to: CChar.self) { certificateText in
                     keyText.withMemoryRebound(to: CChar.self) { keyText in
-                        fingerly_httpd_check_tls(certificateText.baseAddress, keyText.baseAddress, &message, message.count)
+                        fingerly_httpd_check_tls(certificateText.baseAddress, keyText.baseAddress,
+                                                 &message, message.count)
                     }
                 }
             }
         }
         guard usable == 1 else {
             let reason = Self.printable(message)
-            throw ConfigurationError("the TLS certificate \(certificate) (tls-cert) and key \(key) (tls-key) are not a usable "
-                + "PEM pair" + (reason.isEmpty ? "" : ": \(reason)"))
+            throw ConfigurationError("the TLS certificate \(certificate) (tls-cert) and key \(key) (tls-key) are not "
+                + "a usable PEM pair" + (reason.isEmpty ? "" : ": \(reason)"))
         }
     }
 

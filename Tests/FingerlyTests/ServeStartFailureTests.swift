@@ -82,7 +82,8 @@ import Glibc
     /// Runs `serve` as `nobody`, for whom root's 0600 file is unreadable and a 0555 directory unwritable.
     private static func serveAsNobody(_ arguments: [String]) throws -> ProcessOutput {
         #expect(geteuid() == 0, "the tests run as root (CI), which can become nobody")
-        return try runProcess("/usr/sbin/runuser", ["-u", "nobody", "--", ServerProcess.executable, "serve"] + arguments)
+        let command = ["-u", "nobody", "--", ServerProcess.executable, "serve"] + arguments
+        return try runProcess("/usr/sbin/runuser", command)
     }
 
     /// A directory `nobody` may enter and write, holding a database it may open.
@@ -128,7 +129,8 @@ import Glibc
         for (certificate, key) in [(junk, pki.path("genuine-leaf.key")), (pki.path("genuine-leaf.crt"), junk)] {
             let run = try runServerCLI(["serve", "--database", database, "--listen", "127.0.0.1:0",
                                         "--tls-cert", certificate, "--tls-key", key])
-            Self.expectRefused(run, status: 78, naming: ["\(certificate) (tls-cert)", "\(key) (tls-key)", "not a usable PEM pair"])
+            Self.expectRefused(run, status: 78,
+                               naming: ["\(certificate) (tls-cert)", "\(key) (tls-key)", "not a usable PEM pair"])
         }
     }
 
@@ -136,7 +138,8 @@ import Glibc
         let pki = try TestPKI.shared.get()
         let database = try Self.database("serve-tls-mismatch")
         let run = try runServerCLI(["serve", "--database", database, "--listen", "127.0.0.1:0",
-                                    "--tls-cert", pki.path("genuine-leaf.crt"), "--tls-key", pki.path("interceptor-leaf.key")])
+                                    "--tls-cert", pki.path("genuine-leaf.crt"),
+                                    "--tls-key", pki.path("interceptor-leaf.key")])
         Self.expectRefused(run, status: 78, naming: ["not a usable PEM pair", "do not match"])
     }
 
@@ -150,12 +153,16 @@ import Glibc
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0 }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0
+            }
         }
         #expect(bound)
-        let url = "postgresql://fingerly:hunter2secret@127.0.0.1:\(UInt16(bigEndian: address.sin_port))/fingerly?connect_timeout=5"
+        let port = UInt16(bigEndian: address.sin_port)
+        let url = "postgresql://fingerly:hunter2secret@127.0.0.1:\(port)/fingerly?connect_timeout=5"
         let run = try runServerCLI(["serve", "--database", url, "--listen", "127.0.0.1:0"])
-        Self.expectRefused(run, status: 69, naming: ["cannot open the database postgresql://fingerly:***@127.0.0.1", "refused"])
+        Self.expectRefused(run, status: 69,
+                           naming: ["cannot open the database postgresql://fingerly:***@127.0.0.1", "refused"])
         #expect(!run.standardError.contains("hunter2secret"))
     }
 

@@ -15,7 +15,9 @@ struct ServerUnitTests {
 
     /// The unit's `Key=` values, in order (a drop-in's `Key=` empties the list).
     static func values(_ key: String, in text: String) -> [String] {
-        text.split(separator: "\n").reduce(into: [String]()) { values, line in
+        // A backslash ending a line continues it, as systemd reads it.
+        let joined = text.replacingOccurrences(of: "\\\n", with: " ")
+        return joined.split(separator: "\n").reduce(into: [String]()) { values, line in
             guard line.hasPrefix(key + "=") else { return }
             let value = String(line.dropFirst(key.count + 1))
             if value.isEmpty { values = [] } else { values.append(value) }
@@ -40,7 +42,8 @@ struct ServerUnitTests {
         }
         try copy(unitPath, to: directory + "/fingerly-server.service")
         if withDropIn {
-            try FileManager.default.createDirectory(atPath: directory + "/fingerly-server.service.d", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: directory + "/fingerly-server.service.d",
+                                                    withIntermediateDirectories: true)
             try copy(dropInPath, to: directory + "/fingerly-server.service.d/credentials.conf")
         }
         return directory + "/fingerly-server.service"
@@ -54,7 +57,8 @@ struct ServerUnitTests {
             let unit = try Self.copiedUnit(withDropIn: withDropIn)
             // From the unit's directory, so the drop-in beside it is read; a warning about either
             // file is a line on stderr, with exit 0.
-            let verified = try runProcess("/bin/sh", ["-c", "cd \"$(dirname \"$1\")\" && /usr/bin/systemd-analyze verify \"$1\"", "sh", unit])
+            let script = "cd \"$(dirname \"$1\")\" && /usr/bin/systemd-analyze verify \"$1\""
+            let verified = try runProcess("/bin/sh", ["-c", script, "sh", unit])
             #expect(verified.status == 0, "\(verified.standardError)")
             #expect(verified.standardError.isEmpty, "drop-in \(withDropIn): \(verified.standardError)")
         }
@@ -74,7 +78,8 @@ struct ServerUnitTests {
         let target = "/run/systemd/system/" + name
         let port = try freeLoopbackPort()
         try String(contentsOfFile: unitPath, encoding: .utf8)
-            .replacingOccurrences(of: installedBinary + " serve", with: ServerProcess.executable + " serve --listen 127.0.0.1:\(port)")
+            .replacingOccurrences(of: installedBinary + " serve",
+                                  with: ServerProcess.executable + " serve --listen 127.0.0.1:\(port)")
             .write(toFile: target, atomically: true, encoding: .utf8)
         defer {
             _ = try? runProcess("/usr/bin/systemctl", ["stop", name])
@@ -97,7 +102,9 @@ struct ServerUnitTests {
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0 }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0
+            }
         }
         guard bound else { throw POSIXError(.EADDRINUSE) }
         return UInt16(bigEndian: address.sin_port)
@@ -117,9 +124,13 @@ struct ServerUnitTests {
             address.sun_family = sa_family_t(AF_UNIX)
             var bytes = Array(name.utf8)
             if abstract { bytes[0] = 0 }
-            withUnsafeMutableBytes(of: &address.sun_path) { path in for (index, byte) in bytes.enumerated() { path[index] = byte } }
+            withUnsafeMutableBytes(of: &address.sun_path) { path in
+                for (index, byte) in bytes.enumerated() { path[index] = byte }
+            }
             let length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + (abstract ? 0 : 1))
-            let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) } }
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) }
+            }
             guard bound == 0 else { close(descriptor); throw POSIXError(.EADDRINUSE) }
             // A bound on a server that never says anything, so the test fails instead of hanging.
             var timeout = timeval(tv_sec: 60, tv_usec: 0)
@@ -138,7 +149,8 @@ struct ServerUnitTests {
     }
 
     /// `serve` in the environment given, stderr to a file, not waited for.
-    static func spawnServe(_ arguments: [String], environment: [String: String], standardError: String) throws -> pid_t {
+    static func spawnServe(_ arguments: [String], environment: [String: String],
+                           standardError: String) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -202,13 +214,16 @@ struct ServerUnitTests {
         let credentials = directory + "/credentials"
         try FileManager.default.createDirectory(atPath: credentials, withIntermediateDirectories: true)
         // Trust authentication ignores it; it is there to be kept out of every message.
-        let url = cluster.url(database: database).replacingOccurrences(of: "://\(PostgresCluster.role)@",
-                                                                       with: "://\(PostgresCluster.role):credential-password@")
+        let role = PostgresCluster.role
+        let url = cluster.url(database: database)
+            .replacingOccurrences(of: "://\(role)@", with: "://\(role):credential-password@")
         let dropIn = try String(contentsOfFile: Self.dropInPath, encoding: .utf8)
-        let loaded = Self.values("LoadCredential", in: dropIn).map { $0.split(separator: ":").first.map(String.init) ?? $0 }
+        let loaded = Self.values("LoadCredential", in: dropIn)
+            .map { $0.split(separator: ":").first.map(String.init) ?? $0 }
         #expect(loaded == ["tls-cert", "tls-key", "database-url"])
-        for (name, contents) in [("tls-cert", try String(contentsOfFile: pki.path("genuine-leaf.crt"), encoding: .utf8)),
-                                 ("tls-key", try String(contentsOfFile: pki.path("genuine-leaf.key"), encoding: .utf8)),
+        let certificate = try String(contentsOfFile: pki.path("genuine-leaf.crt"), encoding: .utf8)
+        let key = try String(contentsOfFile: pki.path("genuine-leaf.key"), encoding: .utf8)
+        for (name, contents) in [("tls-cert", certificate), ("tls-key", key),
                                  ("database-url", url + "\n")] {
             try contents.write(toFile: credentials + "/" + name, atomically: false, encoding: .utf8)
             chmod(credentials + "/" + name, 0o400)
@@ -218,7 +233,7 @@ struct ServerUnitTests {
         let execStart = try #require(Self.values("ExecStart", in: dropIn).last)
         var arguments = execStart.replacingOccurrences(of: "%d", with: credentials)
             .replacingOccurrences(of: "/etc/fingerly-server.conf", with: directory + "/absent.conf")
-            .split(separator: " ").map(String.init)
+            .split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         #expect(arguments.prefix(2) == [Self.installedBinary, "serve"])
         arguments = Array(arguments.dropFirst(2)) + ["--listen", "127.0.0.1:0"]
         var environment = ProcessInfo.processInfo.environment
@@ -231,12 +246,13 @@ struct ServerUnitTests {
 
         let ready = notify.receive() ?? ""
         let log = { (try? String(contentsOfFile: directory + "/stderr", encoding: .utf8)) ?? "" }
-        let status = try #require(ready.split(separator: "\n").first { $0.hasPrefix("STATUS=listening on https://127.0.0.1:") },
-                                  "\(ready) \(log())")
+        let listening = ready.split(separator: "\n").first { $0.hasPrefix("STATUS=listening on https://127.0.0.1:") }
+        let status = try #require(listening, "\(ready) \(log())")
         let port = try #require(UInt16(status.split(separator: ":").last ?? ""))
         // HTTPS with the credential's certificate, trusted through its CA; PostgreSQL behind it.
         let health = try runProcess("/usr/bin/curl", ["-sS", "--cacert", pki.path("genuine-ca.crt"),
-                                                      "--resolve", "pin-check.test:\(port):127.0.0.1", "https://pin-check.test:\(port)/healthz"])
+                                                      "--resolve", "pin-check.test:\(port):127.0.0.1",
+                                                      "https://pin-check.test:\(port)/healthz"])
         #expect(health.standardOutput.contains("\"ok\""), "\(health.standardError)")
         kill(pid, SIGTERM)
         #expect(Self.exitStatus(pid) == 0)
@@ -252,12 +268,13 @@ struct ServerUnitTests {
         let notify = try NotifySocket(abstract: true)
         var environment = ProcessInfo.processInfo.environment
         environment["NOTIFY_SOCKET"] = notify.name
-        let pid = try Self.spawnServe(["--optional-config", config, "--listen", "127.0.0.1:0", "--database", directory + "/db.sqlite"],
-                                      environment: environment, standardError: directory + "/stderr")
+        let arguments = ["--optional-config", config, "--listen", "127.0.0.1:0", "--database", directory + "/db.sqlite"]
+        let pid = try Self.spawnServe(arguments, environment: environment, standardError: directory + "/stderr")
         let ready = notify.receive()
         kill(pid, SIGTERM)
         #expect(Self.exitStatus(pid) == 0)
-        #expect(ready?.hasPrefix("READY=1") == true, "\((try? String(contentsOfFile: directory + "/stderr", encoding: .utf8)) ?? "")")
+        let log = (try? String(contentsOfFile: directory + "/stderr", encoding: .utf8)) ?? ""
+        #expect(ready?.hasPrefix("READY=1") == true, "\(log)")
 
         try "listen = nowhere\n".write(toFile: config, atomically: true, encoding: .utf8)
         let bad = try runServerCLI(["serve", "--optional-config", config, "--database", directory + "/db.sqlite"])
@@ -283,8 +300,10 @@ struct ServerUnitTests {
         let directory = try TestPaths.temporaryDirectory("serve-unit-limits")
         // All from loopback: one address may hold them all, for as long as the test takes.
         let server = try ServerProcess(database: directory + "/db.sqlite",
-                                       arguments: ["--connections-per-address", String(defaults.connectionLimit), "--connection-timeout", "120"])
-        let head = Array("POST /v1/identify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: \(defaults.bodyLimit)\r\n\r\n".utf8)
+                                       arguments: ["--connections-per-address", String(defaults.connectionLimit),
+                                                   "--connection-timeout", "120"])
+        let head = Array(("POST /v1/identify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + "Content-Length: \(defaults.bodyLimit)\r\n\r\n").utf8)
         let body = [UInt8](repeating: UInt8(ascii: " "), count: defaults.bodyLimit - 1)
         var connections: [Int32] = []
         defer { connections.forEach { close($0) } }
@@ -299,7 +318,9 @@ struct ServerUnitTests {
         func field(_ name: String) -> Int? {
             let status = (try? String(contentsOfFile: "/proc/\(server.pid)/status", encoding: .utf8)) ?? ""
             return status.split(separator: "\n").first { $0.hasPrefix(name + ":") }
-                .flatMap { Int($0.dropFirst(name.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" }).first ?? "") }
+                .flatMap { line in
+                    Int(line.dropFirst(name.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" }).first ?? "")
+                }
         }
         let bodies = defaults.connectionLimit * (defaults.bodyLimit - 1)
         var peakBytes = 0
