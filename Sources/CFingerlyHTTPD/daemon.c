@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,4 +250,39 @@ uint16_t fingerly_httpd_bound_port(struct fingerly_httpd *httpd) {
 
 int fingerly_httpd_supports_tls(void) {
     return MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES;
+}
+
+struct first_message {
+    char *text;
+    size_t capacity;
+    int taken;
+};
+
+static void keep_first_message(void *context, const char *format, va_list arguments) {
+    struct first_message *message = context;
+    if (message->taken || message->capacity == 0) return;
+    message->taken = 1;
+    vsnprintf(message->text, message->capacity, format, arguments);
+}
+
+static enum MHD_Result refuse_request(void *cls, struct MHD_Connection *connection, const char *url, const char *method,
+                                      const char *version, const char *upload_data, size_t *upload_data_size,
+                                      void **req_cls) {
+    (void)cls; (void)connection; (void)url; (void)method; (void)version;
+    (void)upload_data; (void)upload_data_size; (void)req_cls;
+    return MHD_NO;
+}
+
+int fingerly_httpd_check_tls(const char *certificate, const char *key, char *message, size_t capacity) {
+    struct first_message first = {message, capacity, 0};
+    if (capacity > 0) message[0] = 0;
+    // No listening socket and no internal thread: the daemon only loads the credentials.
+    unsigned int flags = MHD_USE_TLS | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
+    struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, refuse_request, NULL,
+                                                 MHD_OPTION_EXTERNAL_LOGGER, keep_first_message, &first,
+                                                 MHD_OPTION_HTTPS_MEM_CERT, certificate,
+                                                 MHD_OPTION_HTTPS_MEM_KEY, key, MHD_OPTION_END);
+    if (daemon == NULL) return 0;
+    MHD_stop_daemon(daemon);
+    return 1;
 }

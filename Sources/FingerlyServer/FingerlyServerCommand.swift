@@ -32,7 +32,7 @@ package enum FingerlyServerCommand {
     private static let defaults = ServerConfiguration(database: "")
 
     package static let help = """
-        USAGE: fingerly-server serve [--config FILE] [options]
+        USAGE: fingerly-server serve [--config FILE | --optional-config FILE] [options]
                fingerly-server keys add --org NAME [--env ENV] [--region us|eu|ap] [--db PATH]
                fingerly-server keys list [--org NAME] [--db PATH]
                fingerly-server keys suspend --org NAME [--db PATH]
@@ -44,12 +44,17 @@ package enum FingerlyServerCommand {
         Answers POST /v1/identify and GET /v1/events/{requestId} (docs/api.md) from a SQLite
         database or PostgreSQL, plus GET /healthz and GET /metrics (Prometheus text).
 
-        SERVE OPTIONS (each also a `key = value` line of the --config file; flags win):
+        --config FILE reads `key = value` settings; --optional-config FILE reads them when FILE exists.
+        Under systemd, READY=1 goes to $NOTIFY_SOCKET once listening and STOPPING=1 on SIGTERM.
+
+        SERVE OPTIONS (each also a `key = value` line of the configuration file; flags win):
           --listen ADDR             IPV4:PORT or [IPV6]:PORT (default 127.0.0.1:8080; port 0 picks one)
           --database PATH|URL       The SQLite database (default $STATE_DIRECTORY/fingerly-server.sqlite,
                                     else /var/lib/fingerly-server/fingerly-server.sqlite), or PostgreSQL as
                                     postgres://user@host/db (PG* variables apply); --db too. Pending schema
                                     migrations are applied at start; a newer schema is refused
+          --database-file FILE      Read the database (path or URL) from FILE's one line, such as a systemd
+                                    credential: a URL's password stays off the command line. Not with --database
           --body-limit BYTES        Largest request body (default 1048576): larger is 413
           --rate-limit N            Authenticated identify requests per second per device key (per address when
                                     unsigned), and per address from devices new to this process; events
@@ -119,6 +124,7 @@ package enum FingerlyServerCommand {
         var configuration = ServerConfiguration(database: ServerConfiguration.defaultDatabase(environment: environment))
         var flags: [(String, String)] = []
         var configFile: String?
+        var configFileIsOptional = false
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]
@@ -130,7 +136,8 @@ package enum FingerlyServerCommand {
                 name = String(name[..<equals])
             }
             if name == "db" { name = "database" }
-            guard name == "config" || ServerConfiguration.keys.contains(name) || name == "require-signatures" else {
+            let isConfig = name == "config" || name == "optional-config"
+            guard isConfig || ServerConfiguration.keys.contains(name) || name == "require-signatures" else {
                 throw ConfigurationError("unknown option --\(name)")
             }
             if value == nil {
@@ -144,15 +151,22 @@ package enum FingerlyServerCommand {
                 }
             }
             index += 1
-            if name == "config" {
-                guard configFile == nil else { throw ConfigurationError("--config given twice") }
+            if isConfig {
+                guard configFile == nil else {
+                    throw ConfigurationError("--config and --optional-config: give one, once")
+                }
                 configFile = value
+                configFileIsOptional = name == "optional-config"
             } else {
                 guard !flags.contains(where: { $0.0 == name }) else { throw ConfigurationError("--\(name) given twice") }
+                if let other = ServerConfiguration.exclusive[name], flags.contains(where: { $0.0 == other }) {
+                    throw ConfigurationError("--\(name) and --\(other) both name the database: give one")
+                }
                 flags.append((name, value ?? ""))
             }
         }
-        if let configFile {
+        // Absent, and only absent, is no configuration file: one that cannot be read is an error.
+        if let configFile, !(configFileIsOptional && isAbsent(configFile)) {
             let bytes: [UInt8]
             do { bytes = try OperatorFile.readRegularFile(configFile, limit: 65_536) } catch {
                 throw ConfigurationError("cannot read \(configFile): \(error.message)")
@@ -161,6 +175,7 @@ package enum FingerlyServerCommand {
             _ = try configuration.apply(file: text, name: configFile)
         }
         for (name, value) in flags { try configuration.set(name, value, origin: "--\(name)") }
+        try configuration.resolveDatabaseFile()
         try configuration.validate()
         return configuration
     }
@@ -210,6 +225,11 @@ package enum FingerlyServerCommand {
             io.standardError("fingerly-server: \(error.message)\n")
             return .configuration
         }
+        let notification: ServiceNotification?
+        do { notification = try ServiceNotification(environment: io.environment) } catch {
+            io.standardError("fingerly-server: \(error.message)\n")
+            return .configuration
+        }
         // Blocked before the store's and libmicrohttpd's threads start so they inherit the mask:
         // only sigwait below receives SIGTERM and SIGINT.
         var signals = sigset_t()
@@ -239,20 +259,37 @@ package enum FingerlyServerCommand {
             server = try RunningServer(configuration: configuration, store: store, engine: engine, log: io.standardError)
         } catch {
             io.standardError("fingerly-server: \(error.message)\n")
-            return .unavailable
+            closeStore(store)
+            return error.exit
         }
         var listening = configuration.listen
         listening = ListenAddress(host: listening.host, port: server.port, isIPv6: listening.isIPv6)
-        io.standardError("fingerly-server: listening on \(configuration.tlsCertificate == nil ? "http" : "https")://\(listening)\n")
+        let url = "\(configuration.tlsCertificate == nil ? "http" : "https")://\(listening)"
+        io.standardError("fingerly-server: listening on \(url)\n")
+        // Sent once the socket accepts: a unit ordered After= this one finds it answering.
+        notify(notification, "READY=1\nSTATUS=listening on \(url)", io: io)
 
         var received: Int32 = 0
         while sigwait(&signals, &received) != 0 {}
+        notify(notification, "STOPPING=1", io: io)
         io.standardError("fingerly-server: signal \(received), finishing requests in flight\n")
         server.shutdown()
         closeStore(store)
         io.standardError("fingerly-server: stopped\n")
         return .success
     }
+}
+
+/// A readiness message the service manager does not get leaves it waiting until its timeout: said,
+/// and serving goes on (the manager's timeout decides).
+private func notify(_ notification: ServiceNotification?, _ state: String, io: ServerIO) {
+    do { try notification?.send(state) } catch { io.standardError("fingerly-server: \(error.message)\n") }
+}
+
+/// Whether nothing is at `path`, not even a dangling link (which is a mistake to report).
+private func isAbsent(_ path: String) -> Bool {
+    var info = stat()
+    return lstat(path, &info) != 0 && errno == ENOENT
 }
 
 /// glibc hands the top of a worker thread's heap back to the kernel once 128 KiB of it is

@@ -158,7 +158,8 @@ package final class HTTPServer: @unchecked Sendable {
             }
         } ?? nil
         guard let started else {
-            throw ConfigurationError("cannot listen on \(settings.listen): \(String(cString: strerror(errno)))")
+            let reason = String(cString: strerror(errno))
+            throw ConfigurationError("cannot listen on \(settings.listen): \(reason)", exit: .unavailable)
         }
         daemon = started
         port = fingerly_httpd_bound_port(started)

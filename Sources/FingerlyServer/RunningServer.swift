@@ -24,12 +24,9 @@ package final class RunningServer: Sendable {
         try configuration.validate()
         var certificate: [UInt8]?, key: [UInt8]?
         if let path = configuration.tlsCertificate, let keyPath = configuration.tlsKey {
-            do {
-                certificate = try OperatorFile.readRegularFile(path, limit: 1_048_576)
-                key = try OperatorFile.readRegularFile(keyPath, limit: 1_048_576)
-            } catch {
-                throw ConfigurationError("cannot read the TLS files: \(error.message)")
-            }
+            let credentials = try TLSCredentials(certificate: path, key: keyPath)
+            certificate = credentials.certificatePEM
+            key = credentials.keyPEM
         }
         let box = ServerBox()
         let routes = ServerRoutes(configuration: configuration, store: store, engine: engine, metrics: ServerMetrics(), log: log,

@@ -3,10 +3,16 @@ import FingerlyHost
 import Glibc
 #endif
 
-/// Why a command line or configuration file cannot be used: said once, on stderr, exit 64 or 78.
+/// Why a command line, a configuration file or what it names cannot be used: said once, on stderr.
+/// `exit` is 78 for a setting that is wrong (a restart cannot fix it), 69 for a resource that is
+/// unavailable now (an address in use).
 package struct ConfigurationError: Error, Sendable, Hashable {
     package let message: String
-    package init(_ message: String) { self.message = message }
+    package let exit: ServerExit
+    package init(_ message: String, exit: ServerExit = .configuration) {
+        self.message = message
+        self.exit = exit
+    }
 }
 
 /// An address to listen on: IPv4 `a.b.c.d:port` or IPv6 `[addr]:port`. Port 0 lets the kernel pick.
@@ -101,6 +107,9 @@ package struct ServerConfiguration: Sendable, Hashable {
     package var allowUnsigned = false
     package var tlsCertificate: String?
     package var tlsKey: String?
+    /// A file holding the database URL (a systemd credential), read in place of `database`: a
+    /// password never needs to be on a command line or in a world-readable file.
+    package var databaseFile: String?
     package var policy: String?
     /// Freshness window of a signature's `created`, seconds either way.
     package var signatureWindow: Int64 = 300
@@ -117,7 +126,8 @@ package struct ServerConfiguration: Sendable, Hashable {
     }
 
     /// The keys a configuration file and `--flags` share.
-    package static let keys = ["listen", "database", "body-limit", "rate-limit", "retention-days", "visitor-retention-days",
+    package static let keys = ["listen", "database", "database-file",
+                               "body-limit", "rate-limit", "retention-days", "visitor-retention-days",
                                "storage-quota", "device-share", "failure-limit", "threads",
                                "connection-limit", "connections-per-address", "connection-timeout", "header-limit",
                                "shutdown-grace",
@@ -141,6 +151,10 @@ package struct ServerConfiguration: Sendable, Hashable {
         case "database":
             guard !value.isEmpty else { throw ConfigurationError("\(origin): database must not be empty") }
             database = value
+            databaseFile = nil
+        case "database-file":
+            guard !value.isEmpty else { throw ConfigurationError("\(origin): database-file must not be empty") }
+            databaseFile = value
         case "body-limit": bodyLimit = try number(1024...64 * 1_048_576)
         case "rate-limit": rateLimit = try number(1...1_000_000)
         case "retention-days": retentionDays = try number(0...36_500)
@@ -196,9 +210,33 @@ package struct ServerConfiguration: Sendable, Hashable {
                 throw ConfigurationError("\(name):\(lineNumber): unknown setting '\(key)'")
             }
             guard seen.insert(key).inserted else { throw ConfigurationError("\(name):\(lineNumber): '\(key)' is set twice") }
+            if let other = Self.exclusive[key], seen.contains(other) {
+                throw ConfigurationError(
+                    "\(name):\(lineNumber): '\(key)' and '\(other)' both name the database: set one")
+            }
             try set(key, value, origin: "\(name):\(lineNumber)")
         }
         return seen
+    }
+
+    /// Settings of which one source gives at most one; a later source's replaces an earlier's.
+    package static let exclusive = ["database": "database-file", "database-file": "database"]
+
+    /// Reads `databaseFile`, when set, into `database`: its one line, a final newline dropped.
+    package mutating func resolveDatabaseFile() throws(ConfigurationError) {
+        guard let path = databaseFile else { return }
+        let bytes: [UInt8]
+        do { bytes = try OperatorFile.readRegularFile(path, limit: 8192) } catch {
+            throw ConfigurationError("cannot read the database-file \(path): \(error.message)")
+        }
+        var line = bytes[...]
+        if line.last == 10 { line = line.dropLast() }
+        if line.last == 13 { line = line.dropLast() }
+        guard !line.isEmpty, !line.contains(where: { $0 < 0x20 || $0 == 0x7f }),
+              let text = String(validating: line, as: UTF8.self) else {
+            throw ConfigurationError("the database-file \(path) must hold one line: a SQLite path or a postgres:// URL")
+        }
+        database = text
     }
 
     /// Whether settings that must come together do.

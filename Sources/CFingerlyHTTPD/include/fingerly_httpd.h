@@ -67,4 +67,9 @@ uint16_t fingerly_httpd_bound_port(struct fingerly_httpd *httpd);
 /// Whether this libmicrohttpd was built with HTTPS (GnuTLS).
 int fingerly_httpd_supports_tls(void);
 
+/// Whether GnuTLS takes this PEM certificate chain and key (both NUL-terminated) as a pair: 1 when it
+/// does, else 0 with libmicrohttpd's first complaint in `message` (NUL-terminated, cut to `capacity`).
+/// No socket is opened: a bad file is told apart from an address that cannot be listened on.
+int fingerly_httpd_check_tls(const char *certificate, const char *key, char *message, size_t capacity);
+
 #endif
