@@ -83,6 +83,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     /// subtype without case), its parameters well formed, a `charset` among them `utf-8`.
     static func isJSON(_ fields: [String]) -> Bool {
         guard fields.count == 1 else { return false }
+        if fields[0] == "application/json" { return true }
         let parts = fields[0].split(separator: ";", omittingEmptySubsequences: false)
         guard parts[0].trimmingSpaces.lowercased() == "application/json" else { return false }
         for parameter in parts.dropFirst() {
@@ -330,8 +331,9 @@ package final class ServerRoutes: HTTPApplication, Sendable {
             return (nil, nil, .error(401, "missing_signature", "This server requires signed requests (RFC 9421)."), "missing")
         }
         let digests = head.values("content-digest")
-        if digests.count > 1 {
-            return (nil, nil, .error(400, "bad_request", "Content-Digest appears more than once."), "digest_mismatch")
+        if digests.count > 1 || digests.contains(where: { $0.utf8.count > MessageSignature.maximumFieldLength }) {
+            return (nil, nil, .error(400, "bad_request", "Content-Digest appears more than once, or is longer than "
+                + "\(MessageSignature.maximumFieldLength) bytes."), "digest_mismatch")
         }
         if let digest = digests.first {
             switch ContentDigest.check(Substring(digest).utf8, body: body) {

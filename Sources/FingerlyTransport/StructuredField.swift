@@ -3,8 +3,13 @@
 /// conforming sender may write (parameters, inner lists, unpadded byte sequences) is never refused
 /// for its form; what a field then requires of the parsed value is its reader's business.
 ///
-/// Bounded by its input: one pass, no recursion past an inner list's items, no number past 15 digits.
+/// Bounded by its input: one pass, no recursion past an inner list's items, no number past 15 digits,
+/// and at most the members and parameters RFC 9651 §3 asks a parser to take, so a key given twice
+/// (looked up among those before it) costs a bounded search.
 package enum StructuredField {
+    static let maximumMembers = 1024
+    static let maximumParameters = 256
+
     package enum BareItem: Sendable, Hashable {
         case integer(Int64)
         /// A decimal, kept as its text: no reader here computes with one.
@@ -54,6 +59,7 @@ package enum StructuredField {
             if let index = members.firstIndex(where: { $0.key == key }) {
                 members[index].value = value
             } else {
+                guard members.count < StructuredField.maximumMembers else { return nil }
                 members.append((key, value))
             }
             scanner.skipWhitespace()
@@ -118,6 +124,7 @@ package enum StructuredField {
                 if let index = parameters.firstIndex(where: { $0.key == key }) {
                     parameters[index].value = value
                 } else {
+                    guard parameters.count < StructuredField.maximumParameters else { return nil }
                     parameters.append((key, value))
                 }
             }

@@ -22,7 +22,8 @@ struct IdempotencyKeyGrammarTests {
             (" \t\"k\"\t ", "k"),
             ("\"" + String(repeating: "k", count: 255) + "\"", String(repeating: "k", count: 255)),
         ]
-        for (field, key) in accepted {
+        let manyParameters = "\"k\"" + (0..<256).map { ";p\($0)" }.joined()
+        for (field, key) in accepted + [(manyParameters, "k")] {
             #expect(IdempotencyKeyField.key(inFieldValue: field) == key, "\(field)")
         }
         let refused: [(String, IdempotencyKeyField.Refusal)] = [
@@ -38,6 +39,8 @@ struct IdempotencyKeyGrammarTests {
             ("\"k\" x", .notAString),
             ("?1", .notAString),
             ("\"" + String(repeating: "k", count: 256) + "\"", .tooLong),
+            // RFC 9651 §3's floor for parameters, and no more: a key given twice is searched among them.
+            ("\"k\"" + (0..<257).map { ";p\($0)" }.joined(), .notAString),
         ]
         for (field, refusal) in refused {
             #expect(IdempotencyKeyField.parse(fieldValue: field) == .failure(refusal), "\(field)")
