@@ -70,11 +70,13 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         // libmicrohttpd answers a chunk line longer than its buffer 500 (0.9.75): identify takes a
         // declared length, as every client that knows its body sends, and no chunk is ever parsed.
         if route == .identify && !head.values("transfer-encoding").isEmpty {
-            return .error(411, "length_required", "POST /v1/identify takes its body with Content-Length, not Transfer-Encoding.")
+            return .error(411, "length_required",
+                          "POST /v1/identify takes its body with Content-Length, not Transfer-Encoding.")
         }
         // Answered before the body is read: a body that is not JSON would only be refused later.
         if route == .identify, !Self.isJSON(head.values("content-type")) {
-            return .error(415, "unsupported_media_type", "POST /v1/identify takes Content-Type: application/json, once.")
+            return .error(415, "unsupported_media_type",
+                          "POST /v1/identify takes Content-Type: application/json, once.")
         }
         return route == .identify ? nil : respond(to: head, body: [])
     }
@@ -145,7 +147,9 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         // key is told so before anything about its headers or its signature.
         let idempotencyFields = head.values("idempotency-key")
         let idempotencyKey: String?, idempotencyRefusal: String
-        switch idempotencyFields.count == 1 ? IdempotencyKeyField.parse(fieldValue: idempotencyFields[0]) : .failure(.notAString) {
+        let parsedKey = idempotencyFields.count == 1
+            ? IdempotencyKeyField.parse(fieldValue: idempotencyFields[0]) : .failure(.notAString)
+        switch parsedKey {
         case .success(let parsed): (idempotencyKey, idempotencyRefusal) = (parsed, "")
         case .failure(let refusal):
             idempotencyKey = nil
@@ -191,8 +195,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                 return .refused(Self.refusedMarker)
             }
             guard idempotencyKey != nil else {
-                refusal = .error(400, "bad_request", idempotencyRefusal + ": it must appear once, as a Structured Fields string "
-                    + "of 1 to \(IdempotencyKeyField.maximumLength) characters (\"…\").")
+                refusal = .error(400, "bad_request", idempotencyRefusal + ": it must appear once, as a Structured "
+                    + "Fields string of 1 to \(IdempotencyKeyField.maximumLength) characters (\"…\").")
                 failedAuthentication = true
                 return .refused(Self.refusedMarker)
             }
@@ -339,7 +343,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
             switch ContentDigest.check(Substring(digest).utf8, body: body) {
             case .matches: break
             case .mismatch:
-                return (nil, nil, .error(400, "bad_request", "Content-Digest does not match the body."), "digest_mismatch")
+                let mismatch = HTTPResponse.error(400, "bad_request", "Content-Digest does not match the body.")
+                return (nil, nil, mismatch, "digest_mismatch")
             case .refused(let reason): return (nil, nil, .error(400, "bad_request", reason + "."), "digest_mismatch")
             }
         }

@@ -33,7 +33,8 @@ package enum ContentDigest {
         var checked = 0
         for (name, length) in known {
             guard let member = members.first(where: { $0.key == name }) else { continue }
-            guard case .item(let item) = member.value, case .byteSequence(let claimed) = item.value, claimed.count == length else {
+            guard case .item(let item) = member.value, case .byteSequence(let claimed) = item.value,
+                  claimed.count == length else {
                 return .refused("Content-Digest's \(name) is not a byte sequence of \(length) bytes")
             }
             guard claimed == digest(body, algorithm: name) else { return .mismatch }

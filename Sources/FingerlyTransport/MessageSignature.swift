@@ -223,7 +223,9 @@ package enum MessageSignature {
     /// with no space or tab around it.
     private static func isPlainString(_ text: String) -> Bool {
         let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
-        guard let first = text.utf8.first, let last = text.utf8.last, !isSpace(first), !isSpace(last) else { return false }
+        guard let first = text.utf8.first, let last = text.utf8.last, !isSpace(first), !isSpace(last) else {
+            return false
+        }
         return IdempotencyKeyField.key(inFieldValue: text) != nil
     }
 }

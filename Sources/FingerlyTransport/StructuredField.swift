@@ -135,7 +135,8 @@ package enum StructuredField {
         mutating func key() -> String? {
             guard let first = next, isLowercaseLetter(first) || first == UInt8(ascii: "*") else { return nil }
             let start = index
-            while let byte = next, isLowercaseLetter(byte) || isDigit(byte) || Array("_-.*".utf8).contains(byte) { index += 1 }
+            let special = Array("_-.*".utf8)
+            while let byte = next, isLowercaseLetter(byte) || isDigit(byte) || special.contains(byte) { index += 1 }
             return String(decoding: bytes[start..<index], as: UTF8.self)
         }
 
@@ -190,7 +191,9 @@ package enum StructuredField {
                 index += 1
                 switch byte {
                 case UInt8(ascii: "\\"):
-                    guard let escaped = next, escaped == UInt8(ascii: "\"") || escaped == UInt8(ascii: "\\") else { return nil }
+                    guard let escaped = next, escaped == UInt8(ascii: "\"") || escaped == UInt8(ascii: "\\") else {
+                        return nil
+                    }
                     index += 1
                     out.append(escaped)
                 case UInt8(ascii: "\""):

@@ -51,12 +51,13 @@ struct IdempotencyKeyGrammarTests {
         let harness = try ServerHarness()
         let (publicKey, _) = try harness.keys()
         func identify(_ field: String) throws -> RawResponse {
-            try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(publicKey, idempotencyKey: field),
-                                       body: ServerTests.reportBody)
+            let headers = harness.identifyHeaders(publicKey, idempotencyKey: field)
+            return try harness.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.reportBody)
         }
         func duplicate(_ response: RawResponse) throws -> Bool {
             try #require(response.status == 200, "\(response.status) \(response.text)")
-            return try #require(JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])["duplicate"] as? Bool == true
+            let answer = try #require(JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])
+            return answer["duplicate"] as? Bool == true
         }
         #expect(try !duplicate(identify("\"\(Self.uuid)\"")))
         // The parameters are not part of the key: this is the same key again.
@@ -68,7 +69,8 @@ struct IdempotencyKeyGrammarTests {
         #expect(try duplicate(identify("\"a b\";x")))
         #expect(try !duplicate(identify(#""a\"b""#)))
 
-        for (field, says) in [("\"\"", "Idempotency-Key is an empty string"), ("abc", "is not a Structured Fields string"),
+        for (field, says) in [("\"\"", "Idempotency-Key is an empty string"),
+                              ("abc", "is not a Structured Fields string"),
                               ("\"" + String(repeating: "k", count: 256) + "\"", "longer than 255 characters")] {
             let refused = try identify(field)
             #expect(refused.status == 400, "\(field)")
@@ -76,7 +78,8 @@ struct IdempotencyKeyGrammarTests {
             #expect(refused.text.contains(says), "\(refused.text)")
         }
         let twice = try harness.client.request("POST", "/v1/identify",
-                                               headers: harness.identifyHeaders(publicKey) + [("Idempotency-Key", "\"b\"")],
+                                               headers: harness.identifyHeaders(publicKey)
+                                                   + [("Idempotency-Key", "\"b\"")],
                                                body: ServerTests.reportBody)
         #expect(twice.status == 400)
         #expect(twice.text.contains("more than once"))
@@ -89,16 +92,16 @@ struct IdempotencyKeyGrammarTests {
         let signer = try DeviceKey.ephemeral()
         let field = "\"\(UUID().uuidString.lowercased())\";v=2"
         let body = ServerTests.reportBody
-        let signature = try MessageSignature.sign(method: "POST", path: "/v1/identify", body: body, idempotencyKey: field,
-                                                  created: Int64(Date().timeIntervalSince1970), with: signer)
+        let signature = try MessageSignature.sign(method: "POST", path: "/v1/identify", body: body,
+                                                  idempotencyKey: field, created: Int64(Date().timeIntervalSince1970),
+                                                  with: signer)
         let headers = harness.identifyHeaders(publicKey, idempotencyKey: field) + signature.headers
         let signed = try harness.client.request("POST", "/v1/identify", headers: headers, body: body)
         #expect(signed.status == 200, "\(signed.text)")
         // The same key without its parameter is another base line: the signature no longer verifies.
         let stripped = field.split(separator: ";")[0]
-        let moved = try harness.client.request("POST", "/v1/identify",
-                                               headers: harness.identifyHeaders(publicKey, idempotencyKey: String(stripped)) + signature.headers,
-                                               body: body)
+        let movedHeaders = harness.identifyHeaders(publicKey, idempotencyKey: String(stripped)) + signature.headers
+        let moved = try harness.client.request("POST", "/v1/identify", headers: movedHeaders, body: body)
         #expect(moved.status == 401)
         #expect(moved.errorCode == "invalid_signature")
     }

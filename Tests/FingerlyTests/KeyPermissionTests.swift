@@ -11,7 +11,8 @@ struct KeyPermissionTests {
         let harness = try ServerHarness()
         let (publicKey, secretKey) = try harness.keys()
         func identify(_ key: String) throws -> RawResponse {
-            try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(key), body: ServerTests.reportBody)
+            try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(key),
+                                       body: ServerTests.reportBody)
         }
         func read(_ key: String) throws -> RawResponse {
             try harness.client.request("GET", "/v1/events/req_1", headers: [("Authorization", "Bearer \(key)")])

@@ -10,7 +10,8 @@ import Testing
 struct ReplayWindowTests {
     static func duplicate(_ response: RawResponse) throws -> Bool {
         try #require(response.status == 200, "\(response.status) \(response.text)")
-        return try #require(JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])["duplicate"] as? Bool == true
+        let answer = try #require(JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])
+        return answer["duplicate"] as? Bool == true
     }
 
     @Test func aReplayIsAnsweredByItsAgeThenByItsKey() throws {
@@ -22,8 +23,8 @@ struct ReplayWindowTests {
         let idempotency = "\"\(UUID().uuidString.lowercased())\"", body = ServerTests.reportBody
         func signedAt(_ created: Int64) throws -> [(String, String)] {
             harness.identifyHeaders(publicKey, idempotencyKey: idempotency)
-                + (try MessageSignature.sign(method: "POST", path: "/v1/identify", body: body, idempotencyKey: idempotency,
-                                             created: created, with: key)).headers
+                + (try MessageSignature.sign(method: "POST", path: "/v1/identify", body: body,
+                                             idempotencyKey: idempotency, created: created, with: key)).headers
         }
         func send(_ headers: [(String, String)]) throws -> RawResponse {
             try harness.client.request("POST", "/v1/identify", headers: headers, body: body)

@@ -21,33 +21,41 @@ struct RequestFramingTests {
     }
 
     static func identifyHead(_ publicKey: String, _ extra: String) -> String {
-        "POST /v1/identify HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(publicKey)\r\nContent-Type: application/json\r\n"
-            + "Idempotency-Key: \"k\"\r\n" + extra + "\r\n"
+        "POST /v1/identify HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(publicKey)\r\n"
+            + "Content-Type: application/json\r\nIdempotency-Key: \"k\"\r\n" + extra + "\r\n"
     }
 
     @Test func framingErrorsAre4xx() throws {
         let harness = try ServerHarness()
         let (publicKey, _) = try harness.keys()
         let chunked = Self.identifyHead(publicKey, "Transfer-Encoding: chunked\r\n")
-        let requests: [(String, [UInt8], Set<Int>)] = [
-            ("a 64 KB chunk extension", Array((chunked + "5;" + String(repeating: "a", count: 65_536) + "\r\nhello\r\n0\r\n\r\n").utf8), [411]),
-            ("a bad chunk size", Array((chunked + "zz\r\nhello\r\n0\r\n\r\n").utf8), [411]),
-            ("a chunk size past any integer", Array((chunked + "ffffffffffffffffffffff\r\nhello\r\n0\r\n\r\n").utf8), [411]),
-            ("chunked and a length", Array((Self.identifyHead(publicKey, "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n") + "5\r\nhello\r\n0\r\n\r\n").utf8), [400, 411]),
-            ("an unknown transfer coding", Array((Self.identifyHead(publicKey, "Transfer-Encoding: gzip\r\n")).utf8), [400, 411, 501]),
-            ("a header past the limit", Array((Self.identifyHead(publicKey, "X-Long: " + String(repeating: "a", count: 70_000) + "\r\n")).utf8), [431]),
-            ("a target past the limit", Array(("GET /" + String(repeating: "a", count: 70_000) + " HTTP/1.1\r\nHost: x\r\n\r\n").utf8), [414, 431]),
-            ("a length that is not a number", Array((Self.identifyHead(publicKey, "Content-Length: abc\r\n")).utf8), [400]),
-            ("a chunked GET with a 64 KB extension", Array(("GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;"
-                + String(repeating: "a", count: 65_536) + "\r\nhello\r\n0\r\n\r\n").utf8), [200, 400, 413, 431]),
+        let extension64K = "5;" + String(repeating: "a", count: 65_536) + "\r\nhello\r\n0\r\n\r\n"
+        let long = String(repeating: "a", count: 70_000)
+        let requests: [(String, String, Set<Int>)] = [
+            ("a 64 KB chunk extension", chunked + extension64K, [411]),
+            ("a bad chunk size", chunked + "zz\r\nhello\r\n0\r\n\r\n", [411]),
+            ("a chunk size past any integer", chunked + "ffffffffffffffffffffff\r\nhello\r\n0\r\n\r\n", [411]),
+            ("chunked and a length",
+             Self.identifyHead(publicKey, "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n")
+                + "5\r\nhello\r\n0\r\n\r\n",
+             [400, 411]),
+            ("an unknown transfer coding", Self.identifyHead(publicKey, "Transfer-Encoding: gzip\r\n"),
+             [400, 411, 501]),
+            ("a header past the limit", Self.identifyHead(publicKey, "X-Long: " + long + "\r\n"), [431]),
+            ("a target past the limit", "GET /" + long + " HTTP/1.1\r\nHost: x\r\n\r\n", [414, 431]),
+            ("a length that is not a number", Self.identifyHead(publicKey, "Content-Length: abc\r\n"), [400]),
+            ("a chunked GET with a 64 KB extension",
+             "GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + extension64K,
+             [200, 400, 413, 431]),
         ]
         for (what, bytes, allowed) in requests {
             let descriptor = try harness.client.connect()
             defer { close(descriptor) }
-            RawClient.write(descriptor, bytes)
+            RawClient.write(descriptor, Array(bytes.utf8))
             let (answer, _) = Self.readUntilClosed(descriptor)
             let response = try? RawClient.parse(answer)
-            #expect(response.map { allowed.contains($0.status) } == true, "\(what): \(String(decoding: answer.prefix(200), as: UTF8.self))")
+            #expect(response.map { allowed.contains($0.status) } == true,
+                    "\(what): \(String(decoding: answer.prefix(200), as: UTF8.self))")
         }
         // The well-formed request on the same server still works.
         #expect(try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(publicKey),

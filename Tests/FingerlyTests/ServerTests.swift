@@ -196,7 +196,8 @@ struct ServerTests {
         func identify(_ headers: [(String, String)]) throws -> RawResponse {
             try client.request("POST", "/v1/identify", headers: headers, body: Self.body)
         }
-        #expect(try identify([("Content-Type", "application/json"), ("Idempotency-Key", "\"a\"")]).errorCode == "invalid_key")
+        let withoutKey = [("Content-Type", "application/json"), ("Idempotency-Key", "\"a\"")]
+        #expect(try identify(withoutKey).errorCode == "invalid_key")
         #expect(try identify(harness.identifyHeaders("fly_pk_eu_production_acme_" + String(repeating: "b", count: 32))).status == 401)
         #expect(try identify(harness.identifyHeaders("not a key")).errorCode == "invalid_key")
         // A secret key never submits: a real key where it is not allowed (KeyPermissionTests).
@@ -552,7 +553,8 @@ struct ServerProcessTests {
         #expect(!listed.standardOutput.contains("fly_sk_"))
 
         let server = try ServerProcess(database: database, arguments: ["--allow-unsigned"])
-        let headers = [("Authorization", "Bearer \(publicKey)"), ("Content-Type", "application/json"), ("Idempotency-Key", "\"k1\"")]
+        let headers = [("Authorization", "Bearer \(publicKey)"), ("Content-Type", "application/json"),
+                       ("Idempotency-Key", "\"k1\"")]
         #expect(try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.body).status != 401)
 
         #expect(try runServerCLI(["keys", "suspend", "--org", "acme", "--db", database]).status == 0)
@@ -582,7 +584,8 @@ struct ServerProcessTests {
         defer { close(connection) }
         let body = ServerTests.body
         let head = "POST /v1/identify HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: \(body.count)\r\n"
-            + "Authorization: Bearer \(publicKey)\r\nContent-Type: application/json\r\nIdempotency-Key: \"term-1\"\r\n\r\n"
+            + "Authorization: Bearer \(publicKey)\r\nContent-Type: application/json\r\n"
+            + "Idempotency-Key: \"term-1\"\r\n\r\n"
         RawClient.write(connection, Array(head.utf8) + body.prefix(10))
         // The head is in once the metrics count one request in flight.
         var seen = false
@@ -687,7 +690,8 @@ struct ServerEndToEndTests {
         #expect(otherResult.visitorId != first.visitorId)
 
         // A replayed idempotency key: the stored answer with duplicate true, no second event.
-        let headers = [("Authorization", "Bearer \(publicKey)"), ("Content-Type", "application/json"), ("Idempotency-Key", "\"replay-1\"")]
+        let headers = [("Authorization", "Bearer \(publicKey)"), ("Content-Type", "application/json"),
+                       ("Idempotency-Key", "\"replay-1\"")]
         let original = try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.reportBody)
         #expect(original.status == 200, "\(original.text)")
         let replay = try server.client.request("POST", "/v1/identify", headers: headers, body: ServerTests.reportBody)

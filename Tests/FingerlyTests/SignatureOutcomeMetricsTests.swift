@@ -28,16 +28,18 @@ struct SignatureOutcomeMetricsTests {
                          signedAt created: Int64? = nil, signedBody: [UInt8]? = nil) throws -> [(String, String)] {
                 var headers = harness.identifyHeaders(apiKey, idempotencyKey: idempotency)
                 if let created {
-                    headers += try MessageSignature.sign(method: "POST", path: "/v1/identify", body: signedBody ?? body,
-                                                         idempotencyKey: idempotency, created: created, with: key).headers
+                    headers += try MessageSignature.sign(method: "POST", path: "/v1/identify",
+                                                         body: signedBody ?? body, idempotencyKey: idempotency,
+                                                         created: created, with: key).headers
                 }
                 return headers
             }
             let wrongDigest = ("Content-Digest", ContentDigest.fieldValue(for: [1, 2, 3]))
+            let zeroSignature = String(repeating: "A", count: 86)
             let cases: [[(String, String)]] = [
                 try headers(signedAt: now), try headers(signedAt: now), try headers(signedAt: now - 1000),
                 try headers(signedAt: now, signedBody: [1]),
-                try headers(signedAt: now).map { $0.0 == "Signature" ? ($0.0, "fingerly=:" + String(repeating: "A", count: 86) + "==:") : $0 },
+                try headers(signedAt: now).map { $0.0 == "Signature" ? ($0.0, "fingerly=:\(zeroSignature)==:") : $0 },
                 try headers(), try headers(), try headers() + [wrongDigest], try headers() + [wrongDigest],
                 try headers() + [("Content-Digest", "md5=:AAAAAAAAAAAAAAAAAAAAAA==:")],
                 try headers() + [("Fingerly-Key-Rotation", ":AAAA:;sig=:AAAA:")],
@@ -51,7 +53,8 @@ struct SignatureOutcomeMetricsTests {
             }
             let exposition = try harness.client.request("GET", "/metrics").text
             let outcomes = Self.counters(exposition, "fingerly_identify_signatures_total")
-            let answered = Self.counters(exposition, "fingerly_http_requests_total").filter { $0.key.contains("route=\"identify\"") }
+            let answered = Self.counters(exposition, "fingerly_http_requests_total")
+                .filter { $0.key.contains("route=\"identify\"") }
             #expect(outcomes.values.reduce(0, +) == cases.count, "\(outcomes)")
             #expect(answered.values.reduce(0, +) == cases.count, "\(answered)")
             #expect(outcomes["{outcome=\"digest_mismatch\"}", default: 0] >= (allowUnsigned ? 4 : 1), "\(outcomes)")
