@@ -11,24 +11,29 @@
 package enum IdempotencyKeyField {
     /// The client's keys are 36-byte lowercase UUIDs; the server stores the key as it comes.
     package static let maximumLength = 255
+    /// The whole field, parameters and spaces included: what the signature takes of any field it reads.
+    package static let maximumFieldLength = 512
 
     /// Why a field value is not a key, for the answer that refuses it.
     package enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
         case notAString
         case empty
         case tooLong
+        case fieldTooLong
 
         package var description: String {
             switch self {
             case .notAString: "Idempotency-Key is not a Structured Fields string (\"…\")"
             case .empty: "Idempotency-Key is an empty string"
             case .tooLong: "Idempotency-Key is longer than \(maximumLength) characters"
+            case .fieldTooLong: "Idempotency-Key's field is longer than \(maximumFieldLength) bytes"
             }
         }
     }
 
     /// The key inside a field's value, unquoted and unescaped, without its parameters.
     package static func parse(fieldValue value: String) -> Result<String, Refusal> {
+        if value.utf8.count > maximumFieldLength { return .failure(.fieldTooLong) }
         guard let item = StructuredField.item(trimmingTabs(Substring(value).utf8)),
               case .string(let key) = item.value else { return .failure(.notAString) }
         if key.isEmpty { return .failure(.empty) }
