@@ -78,8 +78,8 @@ package enum FingerlyServerCommand {
           --connections-per-address N
                                     Open connections at most from one client address (default
                                     \(defaults.connectionsPerAddress)); more are closed as they are accepted
-          --connection-timeout S    Idle connections, and request heads not complete, are closed after S
-                                    seconds (default 10)
+          --connection-timeout S    Idle connections (a body that stops arriving too), and request heads not
+                                    complete, are closed without an answer after S seconds (default 10)
           --header-limit BYTES      Memory per connection, which bounds the request head (default 32768)
           --shutdown-grace S        After SIGTERM, requests in flight get S seconds to finish (default 20)
           --allow-unsigned [true|false]

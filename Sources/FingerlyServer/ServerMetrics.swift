@@ -99,7 +99,8 @@ package final class ServerMetrics: Sendable {
             lines.append("# HELP fingerly_store_errors_total Store operations that failed (the request got 500 or 503).")
             lines.append("# TYPE fingerly_store_errors_total counter")
             lines.append("fingerly_store_errors_total \(state.storeErrors)")
-            lines.append("# HELP fingerly_identify_signatures_total Identify requests by signature outcome.")
+            lines.append("# HELP fingerly_identify_signatures_total Identify requests whose body was read, "
+                + "by signature outcome (unjudged: refused before the signature was looked at).")
             lines.append("# TYPE fingerly_identify_signatures_total counter")
             for (outcome, count) in state.signatures.sorted(by: { $0.key < $1.key }) {
                 lines.append("fingerly_identify_signatures_total{outcome=\"\(outcome)\"} \(count)")

@@ -67,7 +67,34 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         if route == .identify && head.hasQuery {
             return .error(400, "bad_request", "POST /v1/identify takes no query string.")
         }
+        // libmicrohttpd answers a chunk line longer than its buffer 500 (0.9.75): identify takes a
+        // declared length, as every client that knows its body sends, and no chunk is ever parsed.
+        if route == .identify && !head.values("transfer-encoding").isEmpty {
+            return .error(411, "length_required",
+                          "POST /v1/identify takes its body with Content-Length, not Transfer-Encoding.")
+        }
+        // Answered before the body is read: a body that is not JSON would only be refused later.
+        if route == .identify, !Self.isJSON(head.values("content-type")) {
+            return .error(415, "unsupported_media_type",
+                          "POST /v1/identify takes Content-Type: application/json, once.")
+        }
         return route == .identify ? nil : respond(to: head, body: [])
+    }
+
+    /// One `Content-Type` field whose media type is `application/json` (RFC 9110 §8.3.1: type and
+    /// subtype without case), its parameters well formed, a `charset` among them `utf-8`.
+    static func isJSON(_ fields: [String]) -> Bool {
+        guard fields.count == 1 else { return false }
+        if fields[0] == "application/json" { return true }
+        let parts = fields[0].split(separator: ";", omittingEmptySubsequences: false)
+        guard parts[0].trimmingSpaces.lowercased() == "application/json" else { return false }
+        for parameter in parts.dropFirst() {
+            let pair = parameter.trimmingSpaces.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard pair.count == 2, !pair[0].isEmpty, !pair[1].isEmpty else { return false }
+            let name = pair[0].lowercased(), value = pair[1].lowercased()
+            if name == "charset" && value != "utf-8" && value != "\"utf-8\"" { return false }
+        }
+        return true
     }
 
     package func respond(to head: HTTPRequestHead, body: [UInt8]) -> HTTPResponse {
@@ -107,15 +134,28 @@ package final class ServerRoutes: HTTPApplication, Sendable {
 
     private func identify(_ head: HTTPRequestHead, _ body: [UInt8]) -> HTTPResponse {
         let now = clock()
-        guard let key = bearer(head), key.kind == .publicKey else {
+        // Every request whose body was read counts once in fingerly_identify_signatures_total:
+        // "unjudged" when it was refused before its signature was looked at.
+        var outcome = "unjudged"
+        defer { metrics.signature(outcome) }
+        guard let key = bearer(head) else {
             return authenticationFailed(head, now,
                                         .error(401, "invalid_key", "Identify needs a public key: Authorization: Bearer fly_pk_…."))
         }
+        if key.kind == .secretKey { return secretKeyOnIdentify(head, key, now) }
         // Judged here, answered in this order inside the admission: a request with an unknown
         // key is told so before anything about its headers or its signature.
         let idempotencyFields = head.values("idempotency-key")
-        let idempotencyKey = idempotencyFields.count == 1
-            ? IdempotencyKeyField.key(inFieldValue: idempotencyFields[0]) : nil
+        let idempotencyKey: String?, idempotencyRefusal: String
+        let parsedKey = idempotencyFields.count == 1
+            ? IdempotencyKeyField.parse(fieldValue: idempotencyFields[0]) : .failure(.notAString)
+        switch parsedKey {
+        case .success(let parsed): (idempotencyKey, idempotencyRefusal) = (parsed, "")
+        case .failure(let refusal):
+            idempotencyKey = nil
+            idempotencyRefusal = idempotencyFields.isEmpty ? "Idempotency-Key is missing"
+                : idempotencyFields.count > 1 ? "Idempotency-Key appears more than once" : refusal.description
+        }
         let signing = signature(head, body, now: now)
         // An address past its failures is answered before the store is touched, but a request
         // that proves a device key is served from it until signed junk exhausts it too: its
@@ -155,8 +195,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                 return .refused(Self.refusedMarker)
             }
             guard idempotencyKey != nil else {
-                refusal = .error(400, "bad_request", "Idempotency-Key must appear once, as a quoted string of 1 to "
-                    + "\(IdempotencyKeyField.maximumLength) printable ASCII characters (\"…\").")
+                refusal = .error(400, "bad_request", idempotencyRefusal + ": it must appear once, as a Structured "
+                    + "Fields string of 1 to \(IdempotencyKeyField.maximumLength) characters (\"…\").")
                 failedAuthentication = true
                 return .refused(Self.refusedMarker)
             }
@@ -182,7 +222,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
             }
             return .admitted(organization: record.organization, deviceStorageLimit: deviceStorageLimit(organization))
         }
-        if signatureJudged, let outcome = signing.metric { metrics.signature(outcome) }
+        if signatureJudged { outcome = signing.metric }
         if let refusal {
             return failedAuthentication ? authenticationFailed(head, now, refusal, signed: device != nil) : refusal
         }
@@ -192,6 +232,26 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         if answer.code == "device_quota_exceeded" { metrics.deviceQuotaRefused() }
         let retry = answer.status == 503 ? "1" : answer.status == 507 ? String(Self.quotaRetrySeconds) : nil
         return .json(answer.status, answer.body, headers: retry.map { [("Retry-After", $0)] } ?? [])
+    }
+
+    /// A secret key is a real key used where it may not be: 403 once it proves to be one, as a public
+    /// key reading events is; an unknown or revoked one is 401 as any. Either counts against the address.
+    private func secretKeyOnIdentify(_ head: HTTPRequestHead, _ key: ServerKey, _ now: Int64) -> HTTPResponse {
+        if failures.isExhausted(peer: head.peer, now: now) { return failureLimited() }
+        let known: Bool
+        do throws(StoreError) {
+            known = try store.transaction { tx throws(StoreError) -> Bool in
+                let hash = ServerKey.secretHash(key.text)
+                guard let record = try tx.key(secretKeyHash: hash) else { return false }
+                return ServerKey.constantTimeEqual(record.secretKeyHash, hash) && !record.revoked
+                    && record.organization == key.organization
+            }
+        } catch {
+            return storeFailure(error)
+        }
+        return authenticationFailed(head, now, known
+            ? .error(403, "forbidden", "A secret key cannot submit reports; use the public key (fly_pk_…).")
+            : .error(401, "invalid_key", "The key is unknown or revoked."))
     }
 
     /// Counts a failed authentication of the request's source address and answers `response`;
@@ -247,7 +307,7 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     /// The request's signature judged before admission: the verified device key, or the answer
     /// a failure gets once the key and organization are admitted, and the metric to count.
     private func signature(_ head: HTTPRequestHead, _ body: [UInt8], now: Int64)
-        -> (deviceKeyID: String?, rotatedFrom: String?, failure: HTTPResponse?, metric: String?) {
+        -> (deviceKeyID: String?, rotatedFrom: String?, failure: HTTPResponse?, metric: String) {
         let signatureFields = ["signature", "signature-input", "fingerly-device-key"]
         let rotations = head.values("fingerly-key-rotation")
         if signatureFields.contains(where: { !head.values($0).isEmpty }) {
@@ -275,9 +335,17 @@ package final class ServerRoutes: HTTPApplication, Sendable {
             return (nil, nil, .error(401, "missing_signature", "This server requires signed requests (RFC 9421)."), "missing")
         }
         let digests = head.values("content-digest")
-        if !digests.isEmpty {
-            guard digests.count == 1, Substring(digests[0]).trimmingSpaces == ContentDigest.fieldValue(for: body) else {
-                return (nil, nil, .error(400, "bad_request", "Content-Digest does not match the body."), nil)
+        if digests.count > 1 || digests.contains(where: { $0.utf8.count > MessageSignature.maximumFieldLength }) {
+            return (nil, nil, .error(400, "bad_request", "Content-Digest appears more than once, or is longer than "
+                + "\(MessageSignature.maximumFieldLength) bytes."), "digest_mismatch")
+        }
+        if let digest = digests.first {
+            switch ContentDigest.check(Substring(digest).utf8, body: body) {
+            case .matches: break
+            case .mismatch:
+                let mismatch = HTTPResponse.error(400, "bad_request", "Content-Digest does not match the body.")
+                return (nil, nil, mismatch, "digest_mismatch")
+            case .refused(let reason): return (nil, nil, .error(400, "bad_request", reason + "."), "digest_mismatch")
             }
         }
         return (nil, nil, nil, "unsigned")

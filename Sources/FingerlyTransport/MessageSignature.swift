@@ -140,12 +140,11 @@ package enum MessageSignature {
         }
 
         let digestField = try value("content-digest")
-        guard let claimedDigest = byteSequence(digestField, after: "\(ContentDigest.algorithm)="), claimedDigest.count == 32 else {
-            throw .malformed(field: "content-digest", reason: "not exactly one sha-256 digest")
-        }
+        let digest = ContentDigest.check(digestField, body: body)
+        if case .refused(let reason) = digest { throw .malformed(field: "content-digest", reason: reason) }
         let idempotencyKey = String(decoding: try value("idempotency-key"), as: UTF8.self)
-        guard isPlainString(idempotencyKey) else { throw .malformed(field: "idempotency-key",
-            reason: "not a quoted string of 1 to \(IdempotencyKeyField.maximumLength) printable ASCII characters")
+        if case .failure(let refusal) = IdempotencyKeyField.parse(fieldValue: idempotencyKey) {
+            throw .malformed(field: "idempotency-key", reason: refusal.description)
         }
         guard let publicKey = byteSequence(try value("fingerly-device-key"), after: ""), publicKey.count == DeviceKey.publicKeyLength else {
             throw .malformed(field: "fingerly-device-key", reason: "not a 32-byte key in base64")
@@ -155,7 +154,7 @@ package enum MessageSignature {
         }
         let (created, keyID) = try parseSignatureInput(try value("signature-input"))
 
-        guard ContentDigest.sha256(body) == claimedDigest else { throw .digestMismatch }
+        guard digest == .matches else { throw .digestMismatch }
         guard DeviceKey.keyID(of: publicKey) == keyID else { throw .keyIDMismatch }
         let (offset, overflow) = created.subtractingReportingOverflow(now)
         if overflow || offset > window { throw .createdInFuture(created: created, now: now) }
@@ -196,7 +195,7 @@ package enum MessageSignature {
     private static func byteSequence(_ field: [UInt8], after prefix: String) -> [UInt8]? {
         let head = Array(prefix.utf8) + [UInt8(ascii: ":")]
         guard field.count > head.count, field.starts(with: head), field.last == UInt8(ascii: ":") else { return nil }
-        return StrictBase64.decode(field[head.count..<field.count - 1])
+        return StrictBase64.decode(field[head.count..<field.count - 1], paddingRequired: false)
     }
 
     /// RFC 9421 §2.1: a field's value without leading and trailing spaces and tabs.
@@ -221,10 +220,13 @@ package enum MessageSignature {
     }
 
     /// A whole `Idempotency-Key` value as a signature base line carries it unchanged: the field's grammar,
-    /// with no space around the quotes.
+    /// with no space or tab around it.
     private static func isPlainString(_ text: String) -> Bool {
-        text.utf8.first == UInt8(ascii: "\"") && text.utf8.last == UInt8(ascii: "\"")
-            && IdempotencyKeyField.key(inFieldValue: text) != nil
+        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
+        guard let first = text.utf8.first, let last = text.utf8.last, !isSpace(first), !isSpace(last) else {
+            return false
+        }
+        return IdempotencyKeyField.key(inFieldValue: text) != nil
     }
 }
 

@@ -23,9 +23,14 @@ package enum StrictBase64 {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// The bytes `text` encodes, or nil when it is not canonical padded base64.
-    package static func decode<Text: Collection<UInt8>>(_ text: Text) -> [UInt8]? {
-        let digits = Array(text)
+    /// The bytes `text` encodes, or nil when it is not canonical padded base64. `paddingRequired`
+    /// false takes the same text without its trailing "=" too (RFC 8941 §4.2.7 asks parsers of
+    /// byte sequences to): a signature covers the field as sent, so that spelling is what was signed.
+    package static func decode<Text: Collection<UInt8>>(_ text: Text, paddingRequired: Bool = true) -> [UInt8]? {
+        var digits = Array(text)
+        if !paddingRequired && digits.count % 4 != 0 && digits.last != UInt8(ascii: "=") {
+            digits += Array(repeating: UInt8(ascii: "="), count: 4 - digits.count % 4)
+        }
         guard digits.count % 4 == 0 else { return nil }
         var out: [UInt8] = []
         out.reserveCapacity(digits.count / 4 * 3)

@@ -194,6 +194,7 @@ struct PostgresServerTests {
 
         cluster.stop(immediate: true)
         let down = try server.client.request("POST", "/v1/identify", headers: [("Authorization", "Bearer \(db.acme.publicKey)"),
+                                                                               ("Content-Type", "application/json"),
                                                                                ("Idempotency-Key", "\"down-1\"")],
                                               body: ServerTests.reportBody)
         #expect(down.status == 503)

@@ -310,12 +310,10 @@ import Testing
         ("Content-Digest", "sha-256=:ue7aC0gqM24kIrZ7xm3SWoJfI48BSptog/3y4qAyDhc=:, sha-512=:AAAA:"),
         ("Content-Digest", "sha-256=:ue7aC0gqM24kIrZ7xm3SWoJfI48BSptog/3y4qA=:"),
         ("Idempotency-Key", "0b6c2f38-8c53-4b4d-9d0e-3f5b6a1c2d7e"),
-        ("Idempotency-Key", "\"0b6c2f38\\\"\""),
         ("Fingerly-Device-Key", "11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="),
         ("Fingerly-Device-Key", ":11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHUR=:"),
         ("Fingerly-Device-Key", ":11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURoA:"),
         ("Signature", "other=:3JJ9iIWSpwBfQb69sQ3cJZ03MEx48ARctXygLDVYO1++AN6yofVAqg1RkCJzf/NEnZHGJxgRIQllrHW/gkggAQ==:"),
-        ("Signature", "fingerly=:3JJ9iIWSpwBfQb69sQ3cJZ03MEx48ARctXygLDVYO1++AN6yofVAqg1RkCJzf/NEnZHGJxgRIQllrHW/gkggAQ:"),
         ("Signature", "fingerly=:3JJ9iIWSpwBfQb69sQ3cJZ03MEx48ARctXygLDVYO1++AN6yofVAqg1RkCJzf/NEnZHGJxgRIQllrHW/gkgg:"),
         ("Signature-Input", #"other=("@method" "@path" "content-digest" "idempotency-key");created=1767225600;keyid="21fe31dfa154a261626bf854046fd2271b7bed4b6abe45aa58877ef47f9721b9";alg="ed25519""#),
         ("Signature-Input", #"fingerly=("@method" "@path" "content-digest");created=1767225600;keyid="21fe31dfa154a261626bf854046fd2271b7bed4b6abe45aa58877ef47f9721b9";alg="ed25519""#),
@@ -336,6 +334,29 @@ import Testing
         } catch {
             guard case .malformed(let field, _) = error else { Issue.record("\(error)"); return }
             #expect(field == name.lowercased())
+        }
+    }
+
+    /// RFC 8941 spellings that are not ours but valid: an escaped quote in the key, an unpadded byte
+    /// sequence. They are read, not refused for their form; what the signature covers decides.
+    @Test func aValidStructuredFieldSpellingIsReadNotRefused() throws {
+        let (key, fields) = try Self.signedFields()
+        let received = Self.received(fields)
+        let unpadded = { (value: String) in
+            value.replacingOccurrences(of: "=+:$", with: ":", options: .regularExpression)
+        }
+        // Not covered, bound by keyid or by the bytes: the unpadded spelling verifies.
+        for name in ["Signature", "Fingerly-Device-Key"] {
+            let value = try #require(received.first { $0.name == name }).value
+            let verified = try Self.verify(Self.replacing(name, with: unpadded(value), in: received))
+            #expect(verified.keyID == key.keyID, "\(name)")
+        }
+        // Covered as sent: another spelling of the digest, or another key, is another base.
+        #expect(throws: SignatureVerificationError.badSignature) {
+            try Self.verify(Self.replacing("Content-Digest", with: unpadded(fields.contentDigest), in: received))
+        }
+        #expect(throws: SignatureVerificationError.badSignature) {
+            try Self.verify(Self.replacing("Idempotency-Key", with: "\"0b6c2f38\\\"\"", in: received))
         }
     }
 
