@@ -23,7 +23,9 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
     public let retryable: Bool
     /// The server's machine-readable error code (`invalid_key`, `organization_not_accepting`…),
     /// or the client's own for failures no server answered (`network`, `timeout`,
-    /// `tls_verification`, `pin_mismatch`, `payload_too_large`, `no_api_key`).
+    /// `tls_verification`, `pin_mismatch`, `payload_too_large`, `no_api_key`,
+    /// `proxy_authentication_required` for a proxy that answered 407, `proxy_refused` for another
+    /// status of the proxy).
     public let code: String?
 
     /// - Parameters:

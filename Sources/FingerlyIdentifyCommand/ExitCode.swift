@@ -25,6 +25,9 @@ package enum ExitCode: Int32, Sendable, Error {
     case rejected = 76
     /// EX_NOPERM: consent is not granted.
     case noPermission = 77
+    /// EX_CONFIG: this host's configuration cannot be used as it is: a proxy that wants other
+    /// credentials (407), or a state directory or file of the client that other users may write.
+    case configuration = 78
 
     /// Says why a library call failed and gives its status: every command maps the same error
     /// to the same code.
@@ -38,6 +41,7 @@ package enum ExitCode: Int32, Sendable, Error {
         case is StateError: return .ioError
         case let transport as TransportError:
             if transport.retryable { return transport.code == TransportError.notQueuedCode ? .ioError : .queued }
+            if transport.code == TransportError.proxyAuthenticationCode { return .configuration }
             switch transport.status {
             case 401?, 403?: return .keyRejected
             case 402?: return .notAccepting
