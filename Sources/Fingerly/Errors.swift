@@ -3,11 +3,15 @@ public enum FingerlyError: Error, Sendable, Hashable, CustomStringConvertible {
     /// An argument of `load` cannot be used: `field` names it (`schedule.budgetMs`,
     /// `options.policy`, …) and `reason` says why.
     case invalidConfiguration(field: String, reason: String)
+    /// The local mode's store (`local.sqlite` in the state directory, at `path`) cannot be opened
+    /// or read: damaged, or not a database. `fingerly-identify reset` removes it.
+    case localStore(path: String, reason: String)
 
     /// The field and the reason, or what is unavailable.
     public var description: String {
         switch self {
         case .invalidConfiguration(let field, let reason): return "\(field): \(reason)"
+        case .localStore(let path, let reason): return "the local store \(path) \(reason)"
         }
     }
 }
