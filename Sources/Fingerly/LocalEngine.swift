@@ -34,7 +34,9 @@ extension Fingerly {
             do {
                 let store = try SQLiteStore(path: path)
                 let now = Int64(time(nil))
-                _ = try store.transaction { (tx) throws(StoreError) in try tx.ensureOrganization(named: Self.localOrganization, now: now) }
+                _ = try store.transaction { (tx) throws(StoreError) in
+                    try tx.ensureOrganization(named: Self.localOrganization, now: now)
+                }
                 // A local store ages as a server's does; a process of the CLI lives one run, so
                 // the pass runs once per opening rather than hourly.
                 _ = try Retention().purge(store, now: now)
@@ -45,7 +47,8 @@ extension Fingerly {
                 cached = engine
                 return engine
             } catch {
-                throw .localStore(path: path, reason: "cannot be opened: \(error); 'fingerly-identify reset' removes it")
+                throw .localStore(path: path,
+                                  reason: "cannot be opened: \(error); 'fingerly-identify reset' removes it")
             }
         }
     }

@@ -241,7 +241,8 @@ extension Fingerly {
     }
 
     /// `fingerly-identify reset`: the device key, the queued reports, the local store and the
-    /// installation secret go; consent stays (an administrator's denial must survive a reset). Returns what was removed.
+    /// installation secret go; consent stays (an administrator's denial must survive a reset).
+    /// Returns what was removed.
     package static func resetState(stateDirectory directory: String) -> Result<[String], StateError> {
         var removed: [String] = []
         var info = stat()

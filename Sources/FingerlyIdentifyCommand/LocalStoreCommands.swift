@@ -35,10 +35,12 @@ enum LocalStoreCommands {
                 if let extra = arguments.positionals.first { throw UsageError("unexpected argument '\(IdentifyCommand.shown(extra))'") }
                 let visitors = try fingerly.localVisitors(limit: limit)
                 if arguments.has("json") {
-                    io.standardOutput(Self.terminalSafeJSON(String(decoding: try JSONEncoder.fingerly.encode(visitors), as: UTF8.self)) + "\n")
+                    let json = String(decoding: try JSONEncoder.fingerly.encode(visitors), as: UTF8.self)
+                    io.standardOutput(Self.terminalSafeJSON(json) + "\n")
                 } else {
                     for visitor in visitors {
-                        io.standardOutput("\(Self.terminalSafe(visitor.visitorId))  first \(visitor.firstSeen)  last \(visitor.lastSeen)  "
+                        let id = Self.terminalSafe(visitor.visitorId)
+                        io.standardOutput("\(id)  first \(visitor.firstSeen)  last \(visitor.lastSeen)  "
                             + "\(visitor.identifiable ? "identifiable" : "not identifiable"), \(visitor.components) components\n")
                     }
                     if visitors.isEmpty { io.standardOutput("no visitors yet: run fingerly-identify (without --no-submit) first\n") }

@@ -194,7 +194,8 @@ package enum HTTPClient {
             // curl reports a refused CONNECT as a receive error (56); the proxy's own status tells
             // a configuration to fix from a network to wait for.
             var connectStatus = 0
-            if let proxy = settings.proxy, fingerly_curl_getinfo_long(handle, CURLINFO_HTTP_CONNECTCODE, &connectStatus) == CURLE_OK,
+            if let proxy = settings.proxy,
+               fingerly_curl_getinfo_long(handle, CURLINFO_HTTP_CONNECTCODE, &connectStatus) == CURLE_OK,
                (300...999).contains(connectStatus) {
                 return .failure(.proxyRefused(proxy, status: connectStatus))
             }

@@ -48,17 +48,22 @@ import Testing
     @Test func aDamagedStoreIsAStoreErrorNamingTheFile() throws {
         let state = try Self.state("damaged")
         try #require(try Self.identify(state).status == 0)
+        // The whole store damaged: pages still in an uncheckpointed WAL would otherwise stand in
+        // for the main file's.
+        for suffix in ["-wal", "-shm"] { unlink(state + "/local.sqlite" + suffix) }
         try Data(String(repeating: "not a database ", count: 400).utf8).write(to: URL(fileURLWithPath: state + "/local.sqlite"))
         for arguments in [["--root", Self.root, "--tiers", "fast"], ["visitors"]] {
             let run = try Self.run(arguments, state: state)
             #expect(run.status == 74, "\(arguments): \(run.status) \(run.standardError)")
-            #expect(run.standardError.contains("the local store \(state)/local.sqlite cannot be opened"), "\(run.standardError)")
+            #expect(run.standardError.contains("the local store \(state)/local.sqlite cannot be opened"),
+                    "\(run.standardError)")
             #expect(run.standardError.contains("'fingerly-identify reset' removes it"), "\(run.standardError)")
             #expect(!run.standardError.contains("options.stateDirectory"), "\(run.standardError)")
         }
         // reset clears the damage: the next run starts a new store.
         let reset = try Self.run(["reset"], state: state)
-        #expect(reset.status == 0 && reset.standardOutput.contains("the local store"), "\(reset.standardOutput)\(reset.standardError)")
+        #expect(reset.status == 0 && reset.standardOutput.contains("the local store"),
+                "\(reset.standardOutput)\(reset.standardError)")
         let fresh = try Self.identify(state)
         #expect(fresh.status == 0, "\(fresh.standardError)")
         #expect(try fresh.identifyResult().visitorIsNew == true)
@@ -76,7 +81,8 @@ import Testing
         let left = try FileManager.default.contentsOfDirectory(atPath: state).filter { $0.hasPrefix("local.sqlite") }
         #expect(left.isEmpty, "\(left)")
         let visitors = try Self.run(["visitors"], state: state)
-        #expect(visitors.status == 0 && visitors.standardOutput.contains("no visitors yet"), "\(visitors.standardOutput)")
+        #expect(visitors.status == 0 && visitors.standardOutput.contains("no visitors yet"),
+                "\(visitors.standardOutput)")
     }
 
     @Test func visitorsShowStoredControlBytesEscaped() throws {
@@ -97,7 +103,8 @@ import Testing
         #expect(!json.standardOutput.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" || (0x7F...0x9F).contains($0.value) })
         // Still the same document to a JSON reader.
         let visitors = try JSONDecoder.fingerly.decode([VisitorSummary].self, from: Data(json.standardOutput.utf8))
-        #expect(visitors.contains { $0.visitorId == "evil\u{1B}[2J\u{07}\u{7F}\u{9B}x" }, "\(visitors.map(\.visitorId))")
+        #expect(visitors.contains { $0.visitorId == "evil\u{1B}[2J\u{07}\u{7F}\u{9B}x" },
+                "\(visitors.map(\.visitorId))")
     }
 
     @Test func oldEventsAndIdempotencyRecordsArePurgedAsTheServerPurgesThem() throws {
@@ -108,7 +115,8 @@ import Testing
         let now = Int(time(nil))
         // Past the server's default retention (30 days) and the 24 h key lifetime.
         let eventAge = (Retention.defaultEventDays + 1) * 86_400
-        try Self.sqlite(state, "UPDATE events SET received_at = \(now - eventAge);\nUPDATE idempotency SET created_at = \(now - 2 * 86_400)")
+        try Self.sqlite(state,
+                        "UPDATE events SET received_at = \(now - eventAge);\nUPDATE idempotency SET created_at = \(now - 2 * 86_400)")
         let second = try Self.identify(state)
         try #require(second.status == 0, "\(second.standardError)")
         let secondRequest = try #require(try second.identifyResult().requestId)
@@ -120,6 +128,7 @@ import Testing
         // The visitor was seen now: its own retention (90 days) keeps it.
         #expect(try Self.sqlite(state, "SELECT count(*) FROM visitors") == "1\n")
         let show = try Self.run(["events", "show", firstRequest], state: state)
-        #expect(show.status == 65 && show.standardError.contains("no local event"), "\(show.status) \(show.standardError)")
+        #expect(show.status == 65 && show.standardError.contains("no local event"),
+                "\(show.status) \(show.standardError)")
     }
 }

@@ -26,8 +26,10 @@ import Testing
         let run = try runCLI(SubmissionCLITests.identifyArguments(endpoint, attempts: 3), environment: environment)
         #expect(run.status == 78, "\(run.status): \(run.standardError)")
         #expect(proxy.connectTargets == ["127.0.0.1:9"], "\(proxy.connectTargets)")
-        #expect(run.standardError.contains("the proxy http://127.0.0.1:\(proxy.port) (from \(variable)) answered 407"), "\(run.standardError)")
-        #expect(!run.standardError.contains("hunter2") && !run.standardError.contains("curl 56"), "\(run.standardError)")
+        #expect(run.standardError.contains("the proxy http://127.0.0.1:\(proxy.port) (from \(variable)) answered 407"),
+                "\(run.standardError)")
+        #expect(!run.standardError.contains("hunter2") && !run.standardError.contains("curl 56"),
+                "\(run.standardError)")
         #expect(SubmissionCLITests.itemFiles(state).isEmpty)
     }
 
@@ -40,7 +42,8 @@ import Testing
         let flush = try runCLI(SubmissionCLITests.flushArguments("http://127.0.0.1:9"), environment: environment)
         #expect(flush.status == 78, "\(flush.status): \(flush.standardError)")
         #expect(proxy.connectTargets.count == 1, "\(proxy.connectTargets)")
-        #expect(flush.standardError.contains("answered 407") && !flush.standardError.contains("hunter2"), "\(flush.standardError)")
+        #expect(flush.standardError.contains("answered 407") && !flush.standardError.contains("hunter2"),
+                "\(flush.standardError)")
         // The report is not to blame: it stays for a flush once the proxy is configured.
         #expect(SubmissionCLITests.itemFiles(state).count == 1)
     }
@@ -55,7 +58,8 @@ import Testing
         let run = try runCLI(SubmissionCLITests.identifyArguments("https://127.0.0.1:9", attempts: 3), environment: environment)
         #expect(run.status == 75, "\(run.status): \(run.standardError)")
         #expect(proxy.connectTargets.count == 3, "\(proxy.connectTargets)")
-        #expect(run.standardError.contains("the proxy http://127.0.0.1:\(proxy.port) (from HTTPS_PROXY) answered HTTP 502"), "\(run.standardError)")
+        #expect(run.standardError.contains("the proxy http://127.0.0.1:\(proxy.port) (from HTTPS_PROXY) answered HTTP 502"),
+                "\(run.standardError)")
         #expect(SubmissionCLITests.itemFiles(state).count == 1)
     }
 }

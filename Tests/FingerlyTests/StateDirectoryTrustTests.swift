@@ -40,7 +40,8 @@ import Testing
         for run in runs {
             let output = try runCLI(run.arguments, environment: run.environment)
             #expect(output.status == 78, "\(run.label): \(output.status) \(output.standardError)")
-            #expect(output.standardError.contains("\(state): writable by another user (mode 777)"), "\(run.label): \(output.standardError)")
+            #expect(output.standardError.contains("\(state): writable by another user (mode 777)"),
+                    "\(run.label): \(output.standardError)")
             #expect(output.standardError.contains("--state-dir"), "\(run.label): \(output.standardError)")
             #expect(Self.names(state).isEmpty, "\(run.label) wrote \(Self.names(state))")
         }
@@ -55,7 +56,8 @@ import Testing
                              environment: SubmissionCLITests.environment(state: state))
         #expect(run.status == 78, "\(run.status): \(run.standardError)")
         #expect(run.standardError.contains("\(outbox): writable by another user (mode 777)"), "\(run.standardError)")
-        #expect(Self.names(state) == ["outbox"] && Self.names(outbox).isEmpty, "\(Self.names(state)) \(Self.names(outbox))")
+        #expect(Self.names(state) == ["outbox"] && Self.names(outbox).isEmpty,
+                "\(Self.names(state)) \(Self.names(outbox))")
     }
 
     @Test func aQueuedItemOthersMayWriteIsRefused() throws {
