@@ -3,11 +3,15 @@ public enum FingerlyError: Error, Sendable, Hashable, CustomStringConvertible {
     /// An argument of `load` cannot be used: `field` names it (`schedule.budgetMs`,
     /// `options.policy`, …) and `reason` says why.
     case invalidConfiguration(field: String, reason: String)
+    /// The local mode's store (`local.sqlite` in the state directory, at `path`) cannot be opened
+    /// or read: damaged, or not a database. `fingerly-identify reset` removes it.
+    case localStore(path: String, reason: String)
 
     /// The field and the reason, or what is unavailable.
     public var description: String {
         switch self {
         case .invalidConfiguration(let field, let reason): return "\(field): \(reason)"
+        case .localStore(let path, let reason): return "the local store \(path) \(reason)"
         }
     }
 }
@@ -23,7 +27,9 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
     public let retryable: Bool
     /// The server's machine-readable error code (`invalid_key`, `organization_not_accepting`…),
     /// or the client's own for failures no server answered (`network`, `timeout`,
-    /// `tls_verification`, `pin_mismatch`, `payload_too_large`, `no_api_key`).
+    /// `tls_verification`, `pin_mismatch`, `payload_too_large`, `no_api_key`,
+    /// `proxy_authentication_required` for a proxy that answered 407, `proxy_refused` for another
+    /// status of the proxy).
     public let code: String?
 
     /// - Parameters:

@@ -113,6 +113,12 @@ public final class Fingerly: Sendable {
         var paths = [("options.root", options.root), ("options.stateDirectory", options.stateDirectory ?? "")]
         if case .file(let path) = options.policy { paths.append(("options.policy", path)) }
         if let (field, _) = paths.first(where: { $0.1.utf8.contains(0) }) { throw invalid(field, "must not contain a NUL character") }
+        // Before anything is written there, on every run: the first run must not fill a directory
+        // that another user may write (the outbox, the device key) and refuse it only the next.
+        if let directory = options.stateDirectory ?? StateDirectory.defaultPathForThisProcess(),
+           let problem = FingerlyOptions.untrustedStateDirectory(directory) {
+            throw invalid("options.stateDirectory", problem)
+        }
         var schedule = schedule
         schedule.budgetMs = min(schedule.budgetMs, ScheduleOptions.longestMs)
         schedule.defaultSourceTimeoutMs = min(schedule.defaultSourceTimeoutMs, ScheduleOptions.longestMs)

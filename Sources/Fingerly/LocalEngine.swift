@@ -30,9 +30,16 @@ extension Fingerly {
             if let problem = Self.untrustedLocalStore(in: directory) {
                 throw .invalidConfiguration(field: "options.stateDirectory", reason: problem)
             }
+            let path = directory + "/" + Self.localDatabaseName
             do {
-                let store = try SQLiteStore(path: directory + "/" + Self.localDatabaseName)
-                _ = try store.transaction { (tx) throws(StoreError) in try tx.ensureOrganization(named: Self.localOrganization, now: Int64(time(nil))) }
+                let store = try SQLiteStore(path: path)
+                let now = Int64(time(nil))
+                _ = try store.transaction { (tx) throws(StoreError) in
+                    try tx.ensureOrganization(named: Self.localOrganization, now: now)
+                }
+                // A local store ages as a server's does; a process of the CLI lives one run, so
+                // the pass runs once per opening rather than hourly.
+                _ = try Retention().purge(store, now: now)
                 // The reports resolved here are keyed by this installation's secret, which the engine
                 // needs to recompute their identifiers.
                 let engine = IdentityEngine(store: store, policy: policy, clientKeying: .hasher(identifierHasher()),
@@ -40,7 +47,8 @@ extension Fingerly {
                 cached = engine
                 return engine
             } catch {
-                throw .invalidConfiguration(field: "options.stateDirectory", reason: "the local store cannot be opened: \(error)")
+                throw .localStore(path: path,
+                                  reason: "cannot be opened: \(error); 'fingerly-identify reset' removes it")
             }
         }
     }
@@ -82,6 +90,7 @@ extension Fingerly {
                                      now: prepared.outgoing.createdAt)
         guard answer.status == 200, let decoded = try? JSONDecoder.fingerly.decode(IdentifyAnswer.self, from: Data(answer.body)) else {
             let said = (try? JSONDecoder.fingerly.decode(WireError.self, from: Data(answer.body)))?.error.message ?? "HTTP \(answer.status)"
+            if answer.status >= 500 { return .failure(localStoreFailure("cannot be written: \(said)")) }
             return .failure(.invalidConfiguration(field: "options.stateDirectory", reason: "the local engine refused the report: \(said)"))
         }
         return .success(IdentifyResult.resolved(decoded, state: .local, report: report, localVerdicts: verdicts, policy: policy,
@@ -106,6 +115,7 @@ extension Fingerly {
     /// A stored local event, as `GET /v1/events/{requestId}` would return it; nil when unknown.
     package func localEvent(requestId: String) throws(FingerlyError) -> [UInt8]? {
         let answer = try localEngine().event(requestId: requestId, organization: Self.localOrganization)
+        if answer.status >= 500 { throw localStoreFailure("cannot be read (HTTP \(answer.status))") }
         return answer.status == 200 ? answer.body : nil
     }
 
@@ -116,7 +126,12 @@ extension Fingerly {
         } catch let error as FingerlyError {
             throw error
         } catch {
-            throw .invalidConfiguration(field: "options.stateDirectory", reason: "the local store cannot be read: \(error)")
+            throw localStoreFailure("cannot be read: \(error)")
         }
+    }
+
+    func localStoreFailure(_ reason: String) -> FingerlyError {
+        .localStore(path: (stateDirectory ?? "") + "/" + Self.localDatabaseName,
+                    reason: reason + "; 'fingerly-identify reset' removes it")
     }
 }

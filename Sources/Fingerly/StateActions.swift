@@ -240,8 +240,9 @@ extension Fingerly {
         }
     }
 
-    /// `fingerly-identify reset`: the device key, the queued reports and the installation secret
-    /// go; consent stays (an administrator's denial must survive a reset). Returns what was removed.
+    /// `fingerly-identify reset`: the device key, the queued reports, the local store and the
+    /// installation secret go; consent stays (an administrator's denial must survive a reset).
+    /// Returns what was removed.
     package static func resetState(stateDirectory directory: String) -> Result<[String], StateError> {
         var removed: [String] = []
         var info = stat()
@@ -261,6 +262,17 @@ extension Fingerly {
                 return .failure(StateError(description: "the outbox: \(error)"))
             }
         }
+        // The local mode's visitors and events go with the secret that keyed them; a damaged store
+        // is cleared the same way. Its journal files go with it, or SQLite would replay them
+        // into the next store of that name.
+        var storeRemoved = false
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let path = directory + "/" + localDatabaseName + suffix
+            guard lstat(path, &info) == 0 else { continue }
+            guard unlink(path) == 0 else { return .failure(StateError(description: "\(path): \(SystemError(errno))")) }
+            storeRemoved = true
+        }
+        if storeRemoved { removed.append("the local store") }
         let secret = directory + "/" + InstallationSecret.fileName
         if lstat(secret, &info) == 0 {
             guard unlink(secret) == 0 else { return .failure(StateError(description: "\(secret): \(SystemError(errno))")) }

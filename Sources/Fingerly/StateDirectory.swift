@@ -5,6 +5,7 @@ import FingerlyHost
 import FingerlyModel
 import FingerlyPolicy
 import FingerlyProbes
+import FingerlyTransport
 
 /// Where the collector keeps its own state on the machine it runs on: the installation secret,
 /// consent, the outbox of unsent reports and the device key. It always belongs to the real host, never to a `--root`
@@ -64,6 +65,45 @@ enum StateDirectory {
         }
         return nil
     }
+
+    /// Why `directory`, or a file or directory the client keeps in it, cannot be trusted; nil
+    /// when every one that exists can (what is missing is made later, private to this user).
+    /// The installation secret's rule, applied to each before anything is read or written there:
+    /// the directory and the outbox of this user (or root) and written by nobody else; the
+    /// secrets (installation secret, device key) this user's and closed to everyone else; the
+    /// consent record, the local store and the outbox's items written by nobody else.
+    /// Only trust is judged here: a directory this user cannot reach is left to whoever uses it.
+    package static func untrustedState(_ directory: String) -> String? {
+        let directoryFd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directoryFd >= 0 else { return nil }
+        defer { close(directoryFd) }
+        var info = stat()
+        guard fstat(directoryFd, &info) == 0 else { return nil }
+        guard info.st_uid == geteuid() || info.st_uid == 0 else {
+            return "\(directory): owned by uid \(info.st_uid), not by this user"
+        }
+        guard info.st_mode & 0o022 == 0 else {
+            return "\(directory): writable by another user (mode \(String(info.st_mode & 0o7777, radix: 8)))"
+        }
+        let files: [(name: String, othersMode: mode_t, rootMayOwn: Bool)] = [
+            (InstallationSecret.fileName, 0o077, false), (DeviceKey.fileName, 0o077, false),
+            (ConsentRecord.fileName, 0o022, true),
+        ] + ["", "-wal", "-shm", "-journal"].map { (Fingerly.localDatabaseName + $0, 0o022, false) }
+        for file in files {
+            var entry = stat()
+            guard fstatat(directoryFd, file.name, &entry, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+            // Root's consent record may sit in a user's directory that root made (machine-wide consent).
+            let rootsOwn = file.rootMayOwn && entry.st_uid == 0 && entry.st_mode & S_IFMT == S_IFREG
+            if rootsOwn, entry.st_mode & file.othersMode == 0 { continue }
+            if let problem = untrustedFile(entry, othersMode: file.othersMode) {
+                return "\(directory)/\(file.name): \(problem)"
+            }
+        }
+        return Outbox.untrustedEntry(directory: directory + "/" + outboxName)
+    }
+
+    /// The outbox's directory inside the state directory.
+    static let outboxName = "outbox"
 
     /// mkdir -p, new components private to this user.
     static func makeDirectories(_ path: String) -> String? {
@@ -179,5 +219,12 @@ extension FingerlyOptions {
     /// `$XDG_STATE_HOME/fingerly` or ~/.local/state/fingerly. nil when none can be named.
     package static func defaultStateDirectory(environment: [String: String]) -> String? {
         StateDirectory.defaultPath(environment: environment)
+    }
+
+    /// Why the state directory `directory`, or what the client keeps in it, cannot be trusted
+    /// (another user may write it); nil when it can. `load` refuses such a directory, and every
+    /// command of `fingerly-identify` does before it reads or writes there.
+    package static func untrustedStateDirectory(_ directory: String) -> String? {
+        StateDirectory.untrustedState(directory).map { "\($0); 'chmod go-w' it, or use another state directory" }
     }
 }

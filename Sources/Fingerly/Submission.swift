@@ -42,6 +42,8 @@ extension TransportError: Codable {
 
     /// The code of a retryable failure whose report could not be queued either.
     package static let notQueuedCode = "not_queued"
+    /// The code of a proxy that answered 407: its variable needs other credentials.
+    package static let proxyAuthenticationCode = "proxy_authentication_required"
 }
 
 /// The API's address for one instance: the origin (the region's or the endpoint) and the path
@@ -324,6 +326,8 @@ extension Fingerly {
         case .pinMismatch: return "pin_mismatch"
         case .responseTooLarge: return "response_too_large"
         case .invalidRequest: return "invalid_request"
+        case .proxyRefused(_, 407): return TransportError.proxyAuthenticationCode
+        case .proxyRefused: return "proxy_refused"
         }
     }
 }

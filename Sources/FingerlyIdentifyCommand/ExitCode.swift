@@ -16,7 +16,8 @@ package enum ExitCode: Int32, Sendable, Error {
     /// EX_SOFTWARE: an internal error.
     case software = 70
     /// EX_IOERR: delivery failed and the report could not be queued either (disk full, no
-    /// usable state directory), or the state directory cannot be changed.
+    /// usable state directory), the state directory cannot be changed, or the local store cannot
+    /// be opened or read (a damaged `local.sqlite`), as the server's 74 for its database.
     case ioError = 74
     /// EX_TEMPFAIL: delivery failed for now; the report is queued for `flush`.
     case queued = 75
@@ -25,6 +26,9 @@ package enum ExitCode: Int32, Sendable, Error {
     case rejected = 76
     /// EX_NOPERM: consent is not granted.
     case noPermission = 77
+    /// EX_CONFIG: this host's configuration cannot be used as it is: a proxy that wants other
+    /// credentials (407), or a state directory or file of the client that other users may write.
+    case configuration = 78
 
     /// Says why a library call failed and gives its status: every command maps the same error
     /// to the same code.
@@ -34,10 +38,12 @@ package enum ExitCode: Int32, Sendable, Error {
         case FingerlyError.invalidConfiguration(let field, _):
             // A policy file is input the command was given; every other field comes from flags.
             return field == "options.policy" ? .dataError : .usage
+        case FingerlyError.localStore: return .ioError
         case is ConsentError: return .noPermission
         case is StateError: return .ioError
         case let transport as TransportError:
             if transport.retryable { return transport.code == TransportError.notQueuedCode ? .ioError : .queued }
+            if transport.code == TransportError.proxyAuthenticationCode { return .configuration }
             switch transport.status {
             case 401?, 403?: return .keyRejected
             case 402?: return .notAccepting

@@ -95,8 +95,9 @@ package enum FingerlyIdentify {
                                    (with a key). Without STATE, print the persisted state.
           flush                    Send the queued reports, oldest first, each under the key and bytes
                                    it was queued with; one sender at a time across processes.
-          reset                    Delete the device key, the queued reports and the installation
-                                   secret (identifiers without an API key change). Consent stays.
+          reset                    Delete the device key, the queued reports, the local store and the
+                                   installation secret (identifiers without an API key change).
+                                   Consent stays.
 
         EXIT CODES:
           0   success (submitted, or judged here)
@@ -106,10 +107,13 @@ package enum FingerlyIdentify {
           67  the server does not know or refuses the API key (401, 403)
           69  the organization is not accepting traffic (402)
           70  internal error
-          74  delivery failed and the report could not be queued (disk full, no state directory)
+          74  delivery failed and the report could not be queued (disk full, no state directory),
+              or the local store cannot be opened or read (a damaged local.sqlite)
           75  delivery failed for now: the report is queued; 'flush' sends it later
           76  the server rejected the report (another 4xx), or TLS verification or a pin failed
           77  consent is not granted (nothing was read or sent)
+          78  configuration to fix: the proxy answered 407, or the state directory or a file in it
+              may be written by another user
 
         ENVIRONMENT:
           NO_COLOR                 Disables colour (colour is only used on a terminal anyway).

@@ -34,9 +34,8 @@ struct IntegrityCommand {
     }
 
     func run(_ io: CommandIO) async -> ExitCode {
-        guard case .success = StateCommands.operatorConsent(stateDirectory ?? FingerlyOptions.defaultStateDirectory(environment: io.environment), io) else {
-            return .noPermission
-        }
+        let directory = stateDirectory ?? FingerlyOptions.defaultStateDirectory(environment: io.environment)
+        if case .failure(let code) = StateCommands.operatorConsent(directory, io) { return code }
         var result: IntegrityResult
         do {
             let fingerly = try await Fingerly.load(apiKey: nil, schedule: ScheduleOptions(concurrency: concurrency), consent: .granted)

@@ -9,6 +9,19 @@ import FingerlyTransport
 enum StateCommands {
     /// The consent the operator's commands run under: what `consent` persisted, else granted
     /// (running the command is the operator's consent). An unreadable record fails closed.
+    /// Refuses a state directory another user may write, or one holding a file of the client
+    /// they may write, before anything is read or written there: the library would refuse it
+    /// too, but only once the command had begun. nil when it can be used.
+    static func untrustedStateDirectory(_ stateDirectory: String?, _ io: CommandIO) -> ExitCode? {
+        guard let stateDirectory, let problem = FingerlyOptions.untrustedStateDirectory(stateDirectory) else {
+            return nil
+        }
+        io.standardError("fingerly-identify: the state directory (--state-dir, FINGERLY_STATE_DIR) cannot be trusted, "
+            + "so nothing runs: \(problem)\n")
+        return .configuration
+    }
+
+    /// Also refuses an untrusted state directory (`untrustedStateDirectory`).
     static func operatorConsent(_ stateDirectory: String?, _ io: CommandIO) -> Result<ConsentState, ExitCode> {
         switch Fingerly.systemConsent() {
         case .success(nil), .success(.granted?): break
@@ -20,6 +33,7 @@ enum StateCommands {
             return .failure(.noPermission)
         }
         guard let stateDirectory else { return .success(.granted) }
+        if let refused = untrustedStateDirectory(stateDirectory, io) { return .failure(refused) }
         switch Fingerly.persistedConsent(stateDirectory: stateDirectory) {
         case .success(let state?):
             guard state == .granted else {
@@ -61,6 +75,7 @@ enum StateCommands {
                 io.standardError("fingerly-identify: consent: no state directory can be named; give --state-dir or FINGERLY_STATE_DIR\n")
                 return .usage
             }
+            if let refused = StateCommands.untrustedStateDirectory(directory, io) { return refused }
             guard let newState else {
                 switch Fingerly.persistedConsent(stateDirectory: directory) {
                 case .success(let state?): io.standardOutput("\(state.rawValue)\n")
@@ -110,7 +125,7 @@ enum StateCommands {
         func run(_ io: CommandIO) async -> ExitCode {
             for warning in connection.warnings { io.standardError("fingerly-identify: warning: \(warning)\n") }
             let directory = connection.resolvedStateDirectory(io.environment)
-            guard case .success = StateCommands.operatorConsent(directory, io) else { return .noPermission }
+            if case .failure(let code) = StateCommands.operatorConsent(directory, io) { return code }
             guard let directory else {
                 io.standardError("fingerly-identify: flush: no state directory can be named; give --state-dir or FINGERLY_STATE_DIR\n")
                 return .usage
@@ -139,6 +154,7 @@ enum StateCommands {
         static func status(_ result: FlushResult) -> ExitCode {
             guard result.remaining > 0, let error = result.lastError else { return .success }
             if error.retryable { return .queued }
+            if error.code == TransportError.proxyAuthenticationCode { return .configuration }
             switch error.status {
             case 401?, 403?: return .keyRejected
             case 402?: return .notAccepting
@@ -166,6 +182,7 @@ enum StateCommands {
                 io.standardError("fingerly-identify: reset: no state directory can be named; give --state-dir or FINGERLY_STATE_DIR\n")
                 return .usage
             }
+            if let refused = StateCommands.untrustedStateDirectory(directory, io) { return refused }
             switch Fingerly.resetState(stateDirectory: directory) {
             case .success(let removed):
                 io.standardOutput(removed.isEmpty ? "reset: nothing to remove in \(directory)\n"

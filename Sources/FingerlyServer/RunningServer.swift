@@ -56,20 +56,10 @@ package final class RunningServer: Sendable {
     /// Removes events past retention, visitors unseen past theirs, idempotency records past
     /// 24 h and old rate counters; the counts go to `/metrics`.
     package func purgeExpired(_ now: Int64) {
-        let retentionDays = Int64(routes.configuration.retentionDays)
-        let visitorRetentionDays = Int64(routes.configuration.visitorRetentionDays)
+        let retention = Retention(eventDays: routes.configuration.retentionDays,
+                                  visitorDays: routes.configuration.visitorRetentionDays)
         do {
-            let purged = try routes.store.transaction { tx throws(StoreError) -> [(String, Int)] in
-                var purged: [(String, Int)] = []
-                if retentionDays > 0 { purged.append(("events", try tx.expireEvents(receivedBefore: now - retentionDays * 86_400))) }
-                if visitorRetentionDays > 0 {
-                    purged.append(("visitors", try tx.expireVisitors(lastSeenBefore: now - visitorRetentionDays * 86_400)))
-                }
-                purged.append(("idempotency", try tx.expireIdempotency(createdBefore: now - 86_400)))
-                _ = try tx.expireCounters(windowsBefore: now - 60)
-                return purged
-            }
-            for (kind, count) in purged { routes.metrics.purged(kind, count) }
+            for (kind, count) in try retention.purge(routes.store, now: now) { routes.metrics.purged(kind, count) }
         } catch {
             routes.metrics.storeError()
         }

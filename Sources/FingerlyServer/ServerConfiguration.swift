@@ -1,3 +1,4 @@
+import FingerlyEngine
 import FingerlyHost
 #if canImport(Glibc)
 import Glibc
@@ -73,10 +74,10 @@ package struct ServerConfiguration: Sendable, Hashable {
     /// Identify requests per public key per second (and event reads per secret key).
     package var rateLimit = 100
     /// Events older than this many days are purged at start and hourly; 0 keeps them forever.
-    package var retentionDays = 30
+    package var retentionDays = Retention.defaultEventDays
     /// Visitors not seen for this many days are purged with their components and device keys,
     /// on the same passes; 0 keeps them forever.
-    package var visitorRetentionDays = 90
+    package var visitorRetentionDays = Retention.defaultVisitorDays
     /// Bytes of event documents an organization may keep (as stored) unless `keys quota` gives
     /// it its own; 0 for no limit. Past it, identify answers 507 until retention frees room.
     package var storageQuota: Int64 = 256 * 1_048_576

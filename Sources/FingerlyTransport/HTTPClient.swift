@@ -76,6 +76,8 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
     case responseTooLarge
     /// Refused before anything was sent: a URL, header, pin or CA file that cannot be used.
     case invalidRequest(String)
+    /// The proxy answered CONNECT with `status` instead of opening the tunnel.
+    case proxyRefused(ProxyEndpoint, status: Int)
 
     package var isRetryable: Bool {
         switch self {
@@ -83,6 +85,9 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
         // error page, a hostile network): sending again, under the same key, loses nothing.
         case .network, .timedOut, .responseTooLarge: return true
         case .tlsVerification, .pinMismatch, .invalidRequest: return false
+        // 407 asks for credentials the proxy variable does not hold, or refuses the ones it does:
+        // only the person who set it can mend that. A proxy's 502 or 503 may pass.
+        case .proxyRefused(_, let status): return status != 407
         }
     }
 
@@ -94,6 +99,11 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
         case .pinMismatch: return "no pinned key matched the server's certificate chain"
         case .responseTooLarge: return "the response was larger than \(HTTPClient.maximumResponseBytes) bytes"
         case .invalidRequest(let detail): return "request not sent: \(detail)"
+        case .proxyRefused(let proxy, 407):
+            return "the proxy \(proxy) (from \(proxy.variable)) answered 407 Proxy Authentication Required: "
+                + "the credentials in \(proxy.variable) are missing or refused"
+        case .proxyRefused(let proxy, let status):
+            return "the proxy \(proxy) (from \(proxy.variable)) answered HTTP \(status) instead of opening a tunnel"
         }
     }
 }
@@ -180,7 +190,17 @@ package enum HTTPClient {
 
         let code = curl_easy_perform(handle)
         if collector.overflowed { return .failure(.responseTooLarge) }
-        guard code == CURLE_OK else { return .failure(classify(code)) }
+        guard code == CURLE_OK else {
+            // curl reports a refused CONNECT as a receive error (56); the proxy's own status tells
+            // a configuration to fix from a network to wait for.
+            var connectStatus = 0
+            if let proxy = settings.proxy,
+               fingerly_curl_getinfo_long(handle, CURLINFO_HTTP_CONNECTCODE, &connectStatus) == CURLE_OK,
+               (300...999).contains(connectStatus) {
+                return .failure(.proxyRefused(proxy, status: connectStatus))
+            }
+            return .failure(classify(code))
+        }
         var status = 0
         guard fingerly_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK, (100...999).contains(status) else {
             return .failure(.network("no HTTP status"))

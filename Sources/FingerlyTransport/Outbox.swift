@@ -143,6 +143,47 @@ package final class Outbox: Sendable {
         return Outbox(store: store, openMaintenance: store.maintainUnlessBusy())
     }
 
+    /// Why the outbox at `directory`, where it exists, cannot be trusted: a directory (not a link)
+    /// of this user or root that nobody else may write, holding only entries of this user that
+    /// nobody else may write. nil when it can, or when there is none yet. Reads only; at most
+    /// `OutboxLimits.standard.maxEntriesScanned` names are examined, past which the outbox's own
+    /// upkeep refuses what it finds.
+    package static func untrustedEntry(directory: String) -> String? {
+        var info = stat()
+        guard lstat(directory, &info) == 0 else { return errno == ENOENT ? nil : "\(directory): \(SystemError(errno))" }
+        guard info.st_mode & S_IFMT == S_IFDIR else { return "\(directory): not a directory" }
+        guard info.st_uid == geteuid() || info.st_uid == 0 else {
+            return "\(directory): owned by uid \(info.st_uid), not by this user"
+        }
+        guard info.st_mode & 0o022 == 0 else {
+            return "\(directory): writable by another user (mode \(String(info.st_mode & 0o777, radix: 8)))"
+        }
+        let fd: Int32
+        switch retryingOnInterrupt({ Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) {
+        case .success(let descriptor): fd = descriptor
+        case .failure(let error): return "\(directory): \(error)"
+        }
+        defer { close(fd) }
+        let limit = OutboxLimits.standard.maxEntriesScanned
+        guard let listing = try? DirectoryListing(of: fd, limit: limit) else { return nil }
+        for name in listing.names {
+            var entry = stat()
+            guard fstatat(fd, name, &entry, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+            // A planted name may hold terminal controls: shown as printable ASCII only.
+            let printable = name.nameBytes.prefix(128).map { byte -> Character in
+                (0x21...0x7E).contains(byte) ? Character(UnicodeScalar(byte)) : "?"
+            }
+            let shown = "\(directory)/\(String(printable))"
+            // What is this user's but no item (a link, a directory) is garbage the upkeep removes;
+            // what another user owns or may write is not this user's outbox any more.
+            guard entry.st_uid == geteuid() else { return "\(shown): owned by uid \(entry.st_uid), not by this user" }
+            guard entry.st_mode & S_IFMT == S_IFLNK || entry.st_mode & 0o022 == 0 else {
+                return "\(shown): writable by another user (mode \(String(entry.st_mode & 0o777, radix: 8)))"
+            }
+        }
+        return nil
+    }
+
     /// Queues a request durably. On a full disk it throws an error whose `isOutOfSpace` is true,
     /// and the outbox is as it was. Then the caps are applied (which may evict older items, or
     /// this one when it is the oldest), unless a flush holds the lock: it applies them when done.

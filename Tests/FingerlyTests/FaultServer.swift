@@ -286,8 +286,9 @@ final class FaultServer: Sendable {
     }
 }
 
-/// A minimal HTTP proxy that only tunnels: CONNECT to a loopback port gets "200" and a byte relay;
-/// anything else is refused with 405 and recorded apart. The transport always tunnels, so an absolute-URI
+/// A minimal HTTP proxy that only tunnels: CONNECT to a loopback port gets "200" and a byte relay
+/// (or, made with `refusingWith`, that status and no tunnel); anything else is refused with 405
+/// and recorded apart. The transport always tunnels, so an absolute-URI
 /// request reaching this proxy would itself be a finding.
 final class ConnectProxy: Sendable {
     private let record: Record
@@ -305,11 +306,13 @@ final class ConnectProxy: Sendable {
         var snapshot: (targets: [String], refused: [String], relayed: Int) { lock.withLock { (targets, refused, relayed) } }
     }
 
-    init() throws {
+    /// `refusingWith`: the status every CONNECT gets instead of a tunnel (407 comes with a
+    /// Proxy-Authenticate challenge, as a real proxy sends it).
+    init(refusingWith refusal: Int? = nil) throws {
         let record = Record()
         self.record = record
         server = try LoopbackServer { client, core in
-            Self.serve(client, core: core, record: record)
+            Self.serve(client, core: core, record: record, refusal: refusal)
         }
     }
 
@@ -325,7 +328,7 @@ final class ConnectProxy: Sendable {
     /// Bytes carried from the client to the origin, over all tunnels.
     var bytesRelayedToOrigin: Int { record.snapshot.relayed }
 
-    private static func serve(_ client: Int32, core: ServerCore, record: Record) {
+    private static func serve(_ client: Int32, core: ServerCore, record: Record, refusal: Int?) {
         guard let (head, rest) = SocketIO.readHead(client, limit: 16384) else { return }
         let requestLine = String(decoding: head, as: UTF8.self).components(separatedBy: "\r\n")[0]
         let parts = requestLine.split(separator: " ")
@@ -336,6 +339,11 @@ final class ConnectProxy: Sendable {
         }
         let target = String(parts[1])
         record.connect(target)
+        if let refusal {
+            let challenge = refusal == 407 ? "Proxy-Authenticate: Basic realm=\"fingerly-test\"\r\n" : ""
+            SocketIO.sendAll(client, Array("HTTP/1.1 \(refusal) Refused\r\n\(challenge)Content-Length: 0\r\n\r\n".utf8))
+            return
+        }
         guard let colon = target.lastIndex(of: ":"), ["127.0.0.1", "localhost"].contains(target[..<colon]),
               let port = UInt16(target[target.index(after: colon)...]), let upstream = Self.connectLoopback(port: port) else {
             SocketIO.sendAll(client, Array("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n".utf8))

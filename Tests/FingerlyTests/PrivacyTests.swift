@@ -64,8 +64,9 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch + "/machine-a") == ["identifier-key"])
     }
 
-    /// A state directory that cannot be used must not fall back to a shared key: the run is
-    /// keyed by a key of its own, and the report says so.
+    /// A state directory that cannot be made must not fall back to a shared key: the run is
+    /// keyed by a key of its own, and the report says so. One that another user may write is
+    /// refused outright (issue 23; StateDirectoryTrustTests): nothing is written there.
     @Test func anUnusableStateDirectoryKeysPerRunAndTheReportSaysSo() throws {
         let scratch = try TestPaths.temporaryDirectory("state")
         try DeviceFixtures.write("not a directory", to: scratch + "/file")
@@ -73,15 +74,17 @@ import Testing
         try FileManager.default.createDirectory(atPath: worldWritable, withIntermediateDirectories: true)
         chmod(worldWritable, 0o777)
         let root = TestPaths.fixture("laptop-baremetal")
-        for directory in [scratch + "/file/state", worldWritable] {
-            let first = try Self.noKeyDryRun(root: root, stateDirectory: directory)
-            let second = try Self.noKeyDryRun(root: root, stateDirectory: directory)
-            #expect(first.report.identifierKeying == .perRun && second.report.identifierKeying == .perRun, "\(directory)")
-            #expect(Set(Self.linkableValues(first)).isDisjoint(with: Self.linkableValues(second)), "\(directory)")
-        }
-        #expect(!FileManager.default.fileExists(atPath: worldWritable + "/identifier-key"))
-        let human = try runCLI(["--no-submit", "--tiers", "fast", "--root", root, "--state-dir", worldWritable], removing: ["FINGERLY_API_KEY"])
+        let unmade = scratch + "/file/state"
+        let first = try Self.noKeyDryRun(root: root, stateDirectory: unmade)
+        let second = try Self.noKeyDryRun(root: root, stateDirectory: unmade)
+        #expect(first.report.identifierKeying == .perRun && second.report.identifierKeying == .perRun)
+        #expect(Set(Self.linkableValues(first)).isDisjoint(with: Self.linkableValues(second)))
+        let human = try runCLI(["--no-submit", "--tiers", "fast", "--root", root, "--state-dir", unmade], removing: ["FINGERLY_API_KEY"])
         #expect(human.standardOutput.contains("keyed for this run only"), "\(human.standardOutput)")
+        let refused = try runCLI(["--no-submit", "--tiers", "fast", "--root", root, "--state-dir", worldWritable],
+                                 removing: ["FINGERLY_API_KEY"])
+        #expect(refused.status == 78 && refused.standardError.contains("writable by another user"), "\(refused.standardError)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: worldWritable).isEmpty)
     }
 
     @Test func anAPIKeyStillKeysIdentifiersAndTouchesNoStateDirectory() throws {

@@ -110,9 +110,11 @@ import Testing
     /// changed") vs. `consent denied` on a state directory it may not write: StateError falls to
     /// the default branch, 70 "internal error".
     @Test func aConsentThatCannotBeRecordedExitsWithTheIOErrorStatus() throws {
-        let directory = try TestPaths.temporaryDirectory("r4-consent-exit")
-        // Writable by others: the writer refuses it (anyone could swap the record).
-        chmod(directory, 0o777)
+        let scratch = try TestPaths.temporaryDirectory("r4-consent-exit")
+        // Under a regular file: the directory cannot be made. (One that others may write is
+        // refused before, as a configuration to fix: exit 78, StateDirectoryTrustTests.)
+        try DeviceFixtures.write("not a directory", to: scratch + "/file")
+        let directory = scratch + "/file/state"
         let output = try runCLI(["consent", "denied", "--state-dir", directory])
         #expect(output.status == 74, "exit \(output.status): \(output.standardError)")
     }

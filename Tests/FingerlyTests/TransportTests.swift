@@ -343,12 +343,16 @@ import Testing
         #expect(server.requests.isEmpty && report.attempts.isEmpty)
     }
 
-    @Test func aProxyThatRefusesTheTunnelIsANetworkFailure() throws {
+    @Test func aProxyThatRefusesTheTunnelIsRetriedLikeANetworkFailure() throws {
         let proxy = try ConnectProxy()
-        // The proxy only tunnels to loopback: elsewhere it answers 502.
+        // The proxy only tunnels to loopback: elsewhere it answers 502, which may pass.
         let report = Self.delivery(sleeps: Sleeps()).deliver(url: "http://192.0.2.1/v1/identify", body: Self.body,
                                                              environment: ["http_proxy": proxy.url], headers: Self.headers)
-        guard case .exhausted(.failure(.network), .attempts) = report.outcome else { Issue.record("\(report.outcome)"); return }
+        guard case .exhausted(.failure(.proxyRefused(let endpoint, status: 502)), .attempts) = report.outcome else {
+            Issue.record("\(report.outcome)")
+            return
+        }
+        #expect(endpoint.description == proxy.url && endpoint.variable == "http_proxy")
         #expect(proxy.connectTargets == ["192.0.2.1:80", "192.0.2.1:80", "192.0.2.1:80"])
     }
 
