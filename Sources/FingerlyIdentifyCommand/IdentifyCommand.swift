@@ -135,6 +135,10 @@ struct IdentifyCommand {
 
     func run(_ io: CommandIO) async -> ExitCode {
         for warning in connection.warnings { io.standardError("fingerly-identify: warning: \(warning)\n") }
+        if let problem = connection.namedStateDirectoryProblem() {
+            io.standardError("fingerly-identify: \(problem)\n")
+            return .usage
+        }
         let stateDirectory = connection.resolvedStateDirectory(io.environment)
         let consent: ConsentState
         // Before the root is as much as looked at: without consent nothing of the host is read.
@@ -180,7 +184,7 @@ struct IdentifyCommand {
                 result = try await fingerly.identify(tag: tag, tiers: tiers, submit: false)
             }
         } catch {
-            return ExitCode.failure(error, io)
+            return ExitCode.failure(error, io, names: connection.names)
         }
 
         if requestOnly {
@@ -197,7 +201,7 @@ struct IdentifyCommand {
         } else {
             io.standardOutput(HumanReport(result: result, colour: io.usesColour).render())
         }
-        if let failure { return ExitCode.failure(failure, io) }
+        if let failure { return ExitCode.failure(failure, io, names: connection.names) }
         return FailOn.check(failOn, { result.verdicts[$0] }, io)
     }
 }
