@@ -94,10 +94,10 @@ struct IdentifyCommand {
     }
 
     /// Command-line text as an error message may echo it: printable ASCII, the rest escaped, cut short.
-    static func shown(_ text: String) -> String {
+    static func shown(_ text: String, limit: Int = 80) -> String {
         let scalars = text.unicodeScalars
-        let shown = scalars.prefix(80).map { (0x20..<0x7f).contains($0.value) && $0 != "\\" ? String($0) : $0.escaped(asASCII: true) }.joined()
-        return scalars.count > 80 ? shown + "…" : shown
+        let shown = scalars.prefix(limit).map { (0x20..<0x7f).contains($0.value) && $0 != "\\" ? String($0) : $0.escaped(asASCII: true) }.joined()
+        return scalars.count > limit ? shown + "…" : shown
     }
 
     static func parseTiers(_ names: [String]) throws(UsageError) -> Set<Tier> {

@@ -89,7 +89,7 @@ enum StateCommands {
                 }
                 return .success
             } catch {
-                return ExitCode.failure(error, io)
+                return ExitCode.failure(error, io, names: connection.names)
             }
         }
     }
@@ -125,7 +125,7 @@ enum StateCommands {
                 }
                 return Self.report(result, io)
             } catch {
-                return ExitCode.failure(error, io)
+                return ExitCode.failure(error, io, names: connection.names)
             }
         }
 

@@ -80,7 +80,8 @@ struct SubmissionArguments {
     /// one may be missing; what needs it then says so (exit 74).
     func namedStateDirectoryProblem() -> String? {
         guard let stateDirectory, let problem = Fingerly.stateDirectoryProblem(stateDirectory) else { return nil }
-        return "\(names.stateDirectory): cannot be used: \(IdentifyCommand.shown(problem))"
+        // Room for a long path and the reason after it.
+        return "\(names.stateDirectory): cannot be used: \(IdentifyCommand.shown(problem, limit: 600))"
     }
 
     /// The library's options for a command about the state directory alone (nothing of the host

@@ -66,6 +66,8 @@ import Testing
 
     /// A state directory that cannot be used must not fall back to a shared key: the run is
     /// keyed by a key of its own, and the report says so.
+    /// A default state directory (here systemd's STATE_DIRECTORY) that cannot be used: the run
+    /// keys per run. One the user names is refused instead (issue 23: Python and C refuse it too).
     @Test func anUnusableStateDirectoryKeysPerRunAndTheReportSaysSo() throws {
         let scratch = try TestPaths.temporaryDirectory("state")
         try DeviceFixtures.write("not a directory", to: scratch + "/file")
@@ -73,14 +75,21 @@ import Testing
         try FileManager.default.createDirectory(atPath: worldWritable, withIntermediateDirectories: true)
         chmod(worldWritable, 0o777)
         let root = TestPaths.fixture("laptop-baremetal")
+        func byDefault(_ directory: String) -> [String: String] {
+            ProcessInfo.processInfo.environment.merging(["STATE_DIRECTORY": directory]) { $1 }
+        }
+        let arguments = ["--no-submit", "--json", "--tiers", "fast", "--root", root]
         for directory in [scratch + "/file/state", worldWritable] {
-            let first = try Self.noKeyDryRun(root: root, stateDirectory: directory)
-            let second = try Self.noKeyDryRun(root: root, stateDirectory: directory)
+            let first = try Self.result(try runCLI(arguments, environment: byDefault(directory), removing: ["FINGERLY_API_KEY", "FINGERLY_STATE_DIR"]))
+            let second = try Self.result(try runCLI(arguments, environment: byDefault(directory), removing: ["FINGERLY_API_KEY", "FINGERLY_STATE_DIR"]))
             #expect(first.report.identifierKeying == .perRun && second.report.identifierKeying == .perRun, "\(directory)")
             #expect(Set(Self.linkableValues(first)).isDisjoint(with: Self.linkableValues(second)), "\(directory)")
+            let named = try runCLI(arguments + ["--state-dir", directory], removing: ["FINGERLY_API_KEY"])
+            #expect(named.status == 64 && named.standardError.contains("--state-dir: cannot be used: "), "\(named.standardError)")
         }
         #expect(!FileManager.default.fileExists(atPath: worldWritable + "/identifier-key"))
-        let human = try runCLI(["--no-submit", "--tiers", "fast", "--root", root, "--state-dir", worldWritable], removing: ["FINGERLY_API_KEY"])
+        let human = try runCLI(["--no-submit", "--tiers", "fast", "--root", root], environment: byDefault(worldWritable),
+                               removing: ["FINGERLY_API_KEY", "FINGERLY_STATE_DIR"])
         #expect(human.standardOutput.contains("keyed for this run only"), "\(human.standardOutput)")
     }
 

@@ -189,7 +189,7 @@ def test_a_root_that_is_not_a_directory_is_refused_as_the_cli_refuses_it(tmp_pat
     assert fingerly.load(root="/nonexistent", consent="denied") is not None
 
 
-def test_a_state_directory_that_cannot_be_used_is_refused_and_one_that_can_is_made(tmp_path):
+def test_a_state_directory_that_cannot_be_used_is_refused_and_checking_one_leaves_nothing(tmp_path):
     with pytest.raises(fingerly.ConfigurationError) as raised:
         fingerly.load(state_directory="/proc/nope")
     assert raised.value.argument == "state_directory"
@@ -199,9 +199,10 @@ def test_a_state_directory_that_cannot_be_used_is_refused_and_one_that_can_is_ma
     open_to_all.chmod(0o777)
     with pytest.raises(fingerly.ConfigurationError, match="^state_directory: cannot be used: .*writable by another user"):
         fingerly.load(state_directory=str(open_to_all))
+    # Made when a run needs it, not by the check: an instance that never keeps state writes nothing.
     fresh = tmp_path / "made" / "here"
-    fingerly.load(state_directory=str(fresh))
-    assert fresh.is_dir() and (fresh.stat().st_mode & 0o077) == 0
+    fingerly.load(state_directory=str(fresh), api_key="fly_pk_us_production_acme_0123456789abcdefABCD")
+    assert not (tmp_path / "made").exists()
 
 
 def test_integrity_result_has_its_verdicts_under_verdicts_like_identify_result():
