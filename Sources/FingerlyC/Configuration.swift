@@ -88,7 +88,8 @@ struct CConfiguration: Decodable {
     /// A consent word, refused with the valid ones listed (as `fingerly-identify consent` does).
     static func consentState(_ name: String) throws(CallFailure) -> ConsentState {
         guard let state = ConsentState(rawValue: name) else {
-            throw .configuration("consent: '\(BoundedText.bounded(name, limit: 40))' is not \(alternatives(ConsentState.allCases.map(\.rawValue)))")
+            let valid = alternatives(ConsentState.allCases.map(\.rawValue))
+            throw .configuration("consent: '\(BoundedText.bounded(name, limit: 40))' is not \(valid)")
         }
         return state
     }
@@ -131,7 +132,8 @@ struct CConfiguration: Decodable {
             throw .configuration(context.codingPath.isEmpty ? "config: the document must be \(describe(type))"
                                                             : "\(path(context)): must be \(describe(type))")
         } catch let DecodingError.dataCorrupted(context) {
-            throw .configuration(context.codingPath.isEmpty ? "config: not valid JSON" : "\(path(context)): unexpected value")
+            throw .configuration(context.codingPath.isEmpty ? "config: not valid JSON"
+                                                            : "\(path(context)): unexpected value")
         } catch let DecodingError.valueNotFound(type, context) {
             throw .configuration("\(path(context)): must be \(describe(type)), not null")
         } catch {
@@ -201,7 +203,8 @@ struct CConfiguration: Decodable {
         // A relative path or one with a NUL is left to Fingerly.load, which names the problem.
         func checkable(_ path: String) -> Bool { path.hasPrefix("/") && !path.utf8.contains(0) }
         if let stateDirectory, checkable(stateDirectory), let problem = Fingerly.stateDirectoryProblem(stateDirectory) {
-            throw CallFailure.configuration("stateDirectory: cannot be used: \(BoundedText.bounded(problem, limit: 200))")
+            throw CallFailure.configuration("stateDirectory: cannot be used: "
+                                            + BoundedText.bounded(problem, limit: 200))
         }
         // Without consent nothing of the host is looked at, the root included (as the CLI does).
         let root = root ?? "/"

@@ -58,7 +58,8 @@ struct SubmissionArguments {
             stateDirectory = directory
             if arguments["state-dir"] == nil { names.stateDirectory = "FINGERLY_STATE_DIR" }
         } else if let directory = FingerlyOptions.defaultStateDirectory(environment: environment) {
-            names.stateDirectory = "the default state directory \(IdentifyCommand.shown(directory)) (--state-dir names another)"
+            names.stateDirectory = "the default state directory \(IdentifyCommand.shown(directory)) "
+                + "(--state-dir names another)"
         } else {
             names.stateDirectory = "the state directory (none by default here; --state-dir names one)"
         }

@@ -24,14 +24,18 @@ struct BindingParityTests {
 
     static let cases: [Case] = [
         Case(name: "root missing", python: #"{"root": "/nonexistent"}"#, argument: "root",
-             cli: ["--no-submit", "--root", "/nonexistent"], flag: "--root", exitCode: 65, shared: "/nonexistent: not a directory"),
-        Case(name: "state directory unusable", python: #"{"state_directory": "/proc/nope"}"#, argument: "state_directory",
+             cli: ["--no-submit", "--root", "/nonexistent"], flag: "--root", exitCode: 65,
+             shared: "/nonexistent: not a directory"),
+        Case(name: "state directory unusable", python: #"{"state_directory": "/proc/nope"}"#,
+             argument: "state_directory",
              cli: ["--no-submit", "--state-dir", "/proc/nope"], flag: "--state-dir", exitCode: 64,
              shared: "cannot be used: /proc/nope: No such file or directory"),
         Case(name: "consent unknown", python: #"{"consent": "maybe"}"#, argument: "consent",
-             cli: ["consent", "maybe"], flag: "consent", exitCode: 64, shared: "'maybe' is not granted, pending or denied"),
+             cli: ["consent", "maybe"], flag: "consent", exitCode: 64,
+             shared: "'maybe' is not granted, pending or denied"),
         Case(name: "tier unknown", python: #"{"tiers": ["slow"]}"#, argument: "tiers",
-             cli: ["--no-submit", "--tiers", "slow"], flag: "--tiers", exitCode: 64, shared: "unknown tier 'slow'; use fast"),
+             cli: ["--no-submit", "--tiers", "slow"], flag: "--tiers", exitCode: 64,
+             shared: "unknown tier 'slow'; use fast"),
         Case(name: "ignore unknown", python: #"{"ignore": ["foo.bar"]}"#, argument: "ignore",
              cli: ["--no-submit", "--ignore", "foo.bar"], flag: "--ignore", exitCode: 64,
              shared: "unknown attribute(s) to ignore: foo.bar"),
@@ -40,12 +44,14 @@ struct BindingParityTests {
         Case(name: "budget zero", python: #"{"budget_ms": 0}"#, argument: "budget_ms",
              cli: ["--no-submit", "--budget-ms", "0"], flag: "--budget-ms", exitCode: 64, shared: nil),
         Case(name: "secret key", python: #"{"api_key": "\#(secretKey)"}"#, argument: "api_key",
-             cli: ["--no-submit", "--api-key", secretKey], flag: "--api-key", exitCode: 64, shared: "a secret key (fly_sk_"),
+             cli: ["--no-submit", "--api-key", secretKey], flag: "--api-key", exitCode: 64,
+             shared: "a secret key (fly_sk_"),
         Case(name: "endpoint scheme", python: #"{"api_key": "\#(publicKey)", "endpoint": "ftp://example.com"}"#,
              argument: "endpoint", cli: ["--no-submit", "--api-key", publicKey, "--endpoint", "ftp://example.com"],
              flag: "--endpoint", exitCode: 64, shared: "the scheme must be https or http"),
         Case(name: "pin malformed", python: #"{"pins": ["nope"]}"#, argument: "pins",
-             cli: ["--no-submit", "--api-pin", "nope"], flag: "--api-pin", exitCode: 64, shared: "pin 'nope' is not a SHA-256"),
+             cli: ["--no-submit", "--api-pin", "nope"], flag: "--api-pin", exitCode: 64,
+             shared: "pin 'nope' is not a SHA-256"),
         Case(name: "CA file empty", python: #"{"ca_file": ""}"#, argument: "ca_file",
              cli: ["--no-submit", "--ca-file", ""], flag: "--ca-file", exitCode: 64, shared: nil),
         Case(name: "policy missing", python: #"{"policy_path": "/nonexistent/policy.json"}"#, argument: "policy_path",
@@ -75,7 +81,8 @@ struct BindingParityTests {
     }
 
     /// Runs `script` in the fresh venv against the installed library; `input` is the file `sys.argv[1]` names.
-    static func python(_ script: String, input: String, environment extra: [String: String] = [:]) throws -> ProcessOutput {
+    static func python(_ script: String, input: String,
+                       environment extra: [String: String] = [:]) throws -> ProcessOutput {
         let directory = try TestPaths.temporaryDirectory("parity-script")
         try script.write(toFile: directory + "/script.py", atomically: true, encoding: .utf8)
         try input.write(toFile: directory + "/input", atomically: true, encoding: .utf8)
@@ -89,7 +96,8 @@ struct BindingParityTests {
     static let venvPath: Result<String, any Error> = Result { try CABITests.freshVirtualEnvironment("parity-venv") }
 
     @Test func pythonAndTheCLIRefuseTheSameConfigurationsNamingTheSameArgument() throws {
-        let run = try Self.python(Self.pythonRefusals, input: Self.cases.map { $0.python }.joined(separator: "\n") + "\n")
+        let run = try Self.python(Self.pythonRefusals,
+                                  input: Self.cases.map { $0.python }.joined(separator: "\n") + "\n")
         try #require(run.status == 0, "python: \(run.standardError)")
         let outcomes = try run.standardOutput.split(separator: "\n").map {
             try JSONDecoder().decode(PythonOutcome.self, from: Data($0.utf8))
@@ -105,7 +113,8 @@ struct BindingParityTests {
 
             let cli = try runCLI(testCase.cli)
             #expect(cli.status == testCase.exitCode, "\(testCase.name): exit \(cli.status): \(cli.standardError)")
-            #expect(cli.standardError.contains("fingerly-identify: \(testCase.flag)"), "\(testCase.name): \(cli.standardError)")
+            #expect(cli.standardError.contains("fingerly-identify: \(testCase.flag)"),
+                    "\(testCase.name): \(cli.standardError)")
             if let shared = testCase.shared {
                 #expect(message.contains(shared), "\(testCase.name), Python: \(message)")
                 #expect(cli.standardError.contains(shared), "\(testCase.name), CLI: \(cli.standardError)")
@@ -135,7 +144,8 @@ struct BindingParityTests {
         #expect(local.status == 74, "\(local.status): \(local.standardError)")
         #expect(local.standardError.contains("the default state directory /proc/nope (--state-dir names another)"),
                 "\(local.standardError)")
-        #expect(!local.standardError.contains("options.") && !local.standardError.contains("--help"), "\(local.standardError)")
+        #expect(!local.standardError.contains("options.") && !local.standardError.contains("--help"),
+                "\(local.standardError)")
 
         let script = """
             import fingerly
@@ -154,6 +164,7 @@ struct BindingParityTests {
         #expect(lines.count == 3, "\(run.standardOutput)")
         #expect(lines.first == "perRun")
         #expect(lines.dropFirst().first == "state_directory")
-        #expect(lines.last?.hasPrefix("state_directory: ") == true && lines.last?.contains("/proc/nope") == true, "\(run.standardOutput)")
+        #expect(lines.last?.hasPrefix("state_directory: ") == true && lines.last?.contains("/proc/nope") == true,
+                "\(run.standardOutput)")
     }
 }

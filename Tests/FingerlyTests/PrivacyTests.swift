@@ -79,17 +79,20 @@ import Testing
             ProcessInfo.processInfo.environment.merging(["STATE_DIRECTORY": directory]) { $1 }
         }
         let arguments = ["--no-submit", "--json", "--tiers", "fast", "--root", root]
+        let unset = ["FINGERLY_API_KEY", "FINGERLY_STATE_DIR"]
         for directory in [scratch + "/file/state", worldWritable] {
-            let first = try Self.result(try runCLI(arguments, environment: byDefault(directory), removing: ["FINGERLY_API_KEY", "FINGERLY_STATE_DIR"]))
-            let second = try Self.result(try runCLI(arguments, environment: byDefault(directory), removing: ["FINGERLY_API_KEY", "FINGERLY_STATE_DIR"]))
-            #expect(first.report.identifierKeying == .perRun && second.report.identifierKeying == .perRun, "\(directory)")
+            let first = try Self.result(try runCLI(arguments, environment: byDefault(directory), removing: unset))
+            let second = try Self.result(try runCLI(arguments, environment: byDefault(directory), removing: unset))
+            #expect(first.report.identifierKeying == .perRun && second.report.identifierKeying == .perRun,
+                    "\(directory)")
             #expect(Set(Self.linkableValues(first)).isDisjoint(with: Self.linkableValues(second)), "\(directory)")
             let named = try runCLI(arguments + ["--state-dir", directory], removing: ["FINGERLY_API_KEY"])
-            #expect(named.status == 64 && named.standardError.contains("--state-dir: cannot be used: "), "\(named.standardError)")
+            #expect(named.status == 64 && named.standardError.contains("--state-dir: cannot be used: "),
+                    "\(named.standardError)")
         }
         #expect(!FileManager.default.fileExists(atPath: worldWritable + "/identifier-key"))
-        let human = try runCLI(["--no-submit", "--tiers", "fast", "--root", root], environment: byDefault(worldWritable),
-                               removing: ["FINGERLY_API_KEY", "FINGERLY_STATE_DIR"])
+        let human = try runCLI(["--no-submit", "--tiers", "fast", "--root", root],
+                               environment: byDefault(worldWritable), removing: unset)
         #expect(human.standardOutput.contains("keyed for this run only"), "\(human.standardOutput)")
     }
 

@@ -197,7 +197,8 @@ def test_a_state_directory_that_cannot_be_used_is_refused_and_checking_one_leave
     open_to_all = tmp_path / "open"
     open_to_all.mkdir()
     open_to_all.chmod(0o777)
-    with pytest.raises(fingerly.ConfigurationError, match="^state_directory: cannot be used: .*writable by another user"):
+    with pytest.raises(fingerly.ConfigurationError,
+                       match="^state_directory: cannot be used: .*writable by another user"):
         fingerly.load(state_directory=str(open_to_all))
     # Made when a run needs it, not by the check: an instance that never keeps state writes nothing.
     fresh = tmp_path / "made" / "here"

@@ -11,8 +11,8 @@ from . import _native
 from ._types import FlushResult, IdentifyResult, IntegrityResult, IntegrityVerdicts, Reason, Trigger, Verdict, Verdicts
 
 __all__ = ["load", "Fingerly", "FingerlyError", "ConsentError", "TransportError", "ConfigurationError",
-           "InternalError", "IdentifyResult", "IntegrityResult", "IntegrityVerdicts", "FlushResult", "Verdict", "Verdicts", "Reason",
-           "Trigger", "library_version"]
+           "InternalError", "IdentifyResult", "IntegrityResult", "IntegrityVerdicts", "FlushResult", "Verdict",
+           "Verdicts", "Reason", "Trigger", "library_version"]
 
 
 class FingerlyError(Exception):
@@ -147,7 +147,8 @@ class Fingerly:
 
     def identify(self, tag=None, tiers=None, submit=True):
         """Collects, judges and (with submit) submits; tiers None runs the configured ones."""
-        return IdentifyResult.from_json(self._call_for_json(_native.identify, _text(tag, "tag"), _tier_bits(tiers), bool(submit)))
+        return IdentifyResult.from_json(self._call_for_json(_native.identify, _text(tag, "tag"), _tier_bits(tiers),
+                                                            bool(submit)))
 
     def collect(self, tag=None, tiers=None):
         """The signal report alone, as a dict."""
