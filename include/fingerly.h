@@ -50,7 +50,10 @@ typedef struct fingerly_error {
  *    "policyPath": "/etc/app/policy.json",
  *    "submission": {"attempts": 3, "deadlineMs": 20000, "attemptTimeoutMs": 10000,
  *                   "caFile": "/etc/app/ca.pem", "pins": [], "localResultOnFailure": false}}
- * NULL or "" is {}. On success *out is a handle for fingerly_close.
+ * NULL or "" is {}. On success *out is a handle for fingerly_close. A stateDirectory that cannot be used
+ * (it is made when missing) and, with consent granted, a root that is not a directory are refused, as
+ * fingerly-identify refuses them. A configuration error's message starts with the member at fault
+ * ("schedule.tiers: unknown tier 'slow'; use fast or deferred"), or with "config:" for the document.
  */
 int fingerly_load(const char *config_json, fingerly **out, fingerly_error *err);
 /* Releases the handle; NULL or a handle already closed is ignored. */

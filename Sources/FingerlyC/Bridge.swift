@@ -33,8 +33,8 @@ struct CallFailure: Error {
             // A status outside Int32 cannot come from HTTP; 0 says "no server answer".
             self.init(kind: Self.transportKind, status: transport.status.flatMap { Int32(exactly: $0) } ?? 0,
                       retryable: transport.retryable, message: transport.description)
-        case let fingerly as FingerlyError:
-            self.init(kind: Self.configurationKind, message: fingerly.description)
+        case FingerlyError.invalidConfiguration(let field, let reason):
+            self.init(kind: Self.configurationKind, message: "\(CConfiguration.member(forField: field)): \(reason)")
         default:
             self.init(kind: Self.internalKind, message: "internal error: \(error)")
         }

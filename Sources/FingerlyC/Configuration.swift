@@ -1,6 +1,9 @@
 import FoundationEssentials
 import Fingerly
 import FingerlyModel
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The JSON a C caller passes to `fingerly_load`: the options of `Fingerly.load`, every member
 /// optional. Unknown members are refused by name, so a misspelt option is an error and not a
@@ -21,7 +24,16 @@ struct CConfiguration: Decodable {
             concurrency = try container.integer("concurrency", in: "schedule")
             defaultSourceTimeoutMs = try container.integer("defaultSourceTimeoutMs", in: "schedule")
             sourceTimeoutOverrideMs = try container.integer("sourceTimeoutOverrideMs", in: "schedule")
-            tiers = try container.decodeIfPresent([Tier].self, forKey: "tiers")
+            // Read as words: the decoder's own refusal of an unknown tier names neither it nor the valid ones.
+            tiers = try container.decodeIfPresent([String].self, forKey: "tiers").map { (names) throws(CallFailure) in
+                try names.map { (name) throws(CallFailure) in
+                    guard let tier = Tier(rawValue: name) else {
+                        throw .configuration("schedule.tiers: unknown tier '\(BoundedText.bounded(name, limit: 40))'; use "
+                                             + CConfiguration.alternatives(Tier.allCases.map(\.rawValue)))
+                    }
+                    return tier
+                }
+            }
         }
     }
 
@@ -62,7 +74,9 @@ struct CConfiguration: Decodable {
                                                               "root", "policyPath", "submission"], object: "the configuration")
         apiKey = try container.decodeIfPresent(String.self, forKey: "apiKey")
         endpoint = try container.decodeIfPresent(String.self, forKey: "endpoint")
-        consent = try container.decodeIfPresent(ConsentState.self, forKey: "consent")
+        consent = try container.decodeIfPresent(String.self, forKey: "consent").map { (name) throws(CallFailure) in
+            try Self.consentState(name)
+        }
         schedule = try container.decodeIfPresent(Schedule.self, forKey: "schedule")
         stateDirectory = try container.decodeIfPresent(String.self, forKey: "stateDirectory")
         ignore = try container.decodeIfPresent([String].self, forKey: "ignore")
@@ -71,7 +85,33 @@ struct CConfiguration: Decodable {
         submission = try container.decodeIfPresent(Submission.self, forKey: "submission")
     }
 
-    /// Reads the JSON; a failure is a configuration error naming where the document went wrong.
+    /// A consent word, refused with the valid ones listed (as `fingerly-identify consent` does).
+    static func consentState(_ name: String) throws(CallFailure) -> ConsentState {
+        guard let state = ConsentState(rawValue: name) else {
+            let valid = alternatives(ConsentState.allCases.map(\.rawValue))
+            throw .configuration("consent: '\(BoundedText.bounded(name, limit: 40))' is not \(valid)")
+        }
+        return state
+    }
+
+    /// "a, b or c".
+    static func alternatives(_ names: [String]) -> String {
+        guard let last = names.last, names.count > 1 else { return names.joined() }
+        return names.dropLast().joined(separator: ", ") + " or " + last
+    }
+
+    /// The member of this configuration a library field comes from, so an error names what the
+    /// C caller wrote (`ignore`, not `options.attributesToIgnore`).
+    static func member(forField field: String) -> String {
+        let renamed = ["options.root": "root", "options.stateDirectory": "stateDirectory",
+                       "options.attributesToIgnore": "ignore", "options.policy": "policyPath"]
+        if let member = renamed[field] { return member }
+        if field.hasPrefix("options.submission.") { return String(field.dropFirst("options.".count)) }
+        return field
+    }
+
+    /// Reads the JSON; a failure is a configuration error naming where the document went wrong:
+    /// `member: reason`, the member as the document spells it, so a binding can name its own argument.
     static func decode(_ bytes: [UInt8]) throws(CallFailure) -> CConfiguration {
         guard !bytes.isEmpty else { return try decode(Array("{}".utf8)) }
         guard !nestsDeeperThan(deepestNesting, bytes) else {
@@ -89,11 +129,13 @@ struct CConfiguration: Decodable {
         } catch let failure as CallFailure {
             throw failure
         } catch let DecodingError.typeMismatch(type, context) {
-            throw .configuration("config: \(path(context)) must be \(describe(type))")
+            throw .configuration(context.codingPath.isEmpty ? "config: the document must be \(describe(type))"
+                                                            : "\(path(context)): must be \(describe(type))")
         } catch let DecodingError.dataCorrupted(context) {
-            throw .configuration(context.codingPath.isEmpty ? "config: not valid JSON" : "config: \(path(context)): unexpected value")
+            throw .configuration(context.codingPath.isEmpty ? "config: not valid JSON"
+                                                            : "\(path(context)): unexpected value")
         } catch let DecodingError.valueNotFound(type, context) {
-            throw .configuration("config: \(path(context)) must be \(describe(type)), not null")
+            throw .configuration("\(path(context)): must be \(describe(type)), not null")
         } catch {
             throw .configuration("config: not valid JSON")
         }
@@ -153,8 +195,31 @@ struct CConfiguration: Decodable {
         }
     }
 
-    /// The arguments of `Fingerly.load`, starting from its own defaults.
-    func load() async throws(FingerlyError) -> Fingerly {
+    /// The arguments of `Fingerly.load`, starting from its own defaults, and what `fingerly-identify`
+    /// refuses before it loads: a state directory that was named but cannot be used (the CLI's exit
+    /// 64) and, once consent allows looking at it, a root that is not a directory (65).
+    func load() async throws -> Fingerly {
+        // Before the instance exists, so none starts its background work on a refused configuration.
+        // A relative path or one with a NUL is left to Fingerly.load, which names the problem.
+        func checkable(_ path: String) -> Bool { path.hasPrefix("/") && !path.utf8.contains(0) }
+        if let stateDirectory, checkable(stateDirectory), let problem = Fingerly.stateDirectoryProblem(stateDirectory) {
+            throw CallFailure.configuration("stateDirectory: cannot be used: "
+                                            + BoundedText.bounded(problem, limit: 200))
+        }
+        // Without consent nothing of the host is looked at, the root included (as the CLI does).
+        let root = root ?? "/"
+        if (consent ?? .granted) == .granted, checkable(root), !Self.isDirectory(root) {
+            throw CallFailure.configuration("root: \(BoundedText.bounded(root, limit: 200)): not a directory")
+        }
+        return try await loadOptions()
+    }
+
+    static func isDirectory(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    private func loadOptions() async throws(FingerlyError) -> Fingerly {
         var scheduleOptions = ScheduleOptions()
         if let schedule {
             if let value = schedule.budgetMs { scheduleOptions.budgetMs = value }
@@ -204,7 +269,7 @@ extension KeyedDecodingContainer where Key == MemberName {
         guard let number = try decodeIfPresent(Double.self, forKey: MemberName(stringValue: name)) else { return nil }
         // ±2^53: every integer a double holds exactly, far beyond any budget or count.
         guard number.rounded() == number, abs(number) <= 9_007_199_254_740_992, let value = Int(exactly: number) else {
-            throw CallFailure.configuration("config: \(object).\(name) must be an integer, got \(number)")
+            throw CallFailure.configuration("\(object).\(name): must be an integer, got \(number)")
         }
         return value
     }

@@ -100,11 +100,7 @@ public func fingerlyCheckIntegrity(_ handle: OpaquePointer?, _ tiers: UInt32,
 public func fingerlySetConsent(_ handle: OpaquePointer?, _ consent: UnsafePointer<CChar>?, _ record: UnsafeMutableRawPointer?) -> Int32 {
     do throws(CallFailure) {
         let fingerly = try instance(handle)
-        let name = try text(consent, "consent") ?? ""
-        guard let state = ConsentState(rawValue: name) else {
-            throw .configuration("consent must be granted, pending or denied, got '\(BoundedText.bounded(name, limit: 40))'")
-        }
-        fingerly.setConsent(state)
+        fingerly.setConsent(try CConfiguration.consentState(try text(consent, "consent") ?? ""))
         return ErrorRecord.finish(nil, record)
     } catch {
         return ErrorRecord.finish(error, record)

@@ -79,3 +79,34 @@ extension Substring {
         String(drop(while: { $0 == " " }).reversed().drop(while: { $0 == " " }).reversed())
     }
 }
+
+/// What the user typed for each field of the library's options, so an error the library raises
+/// names the flag (`--ignore`), or the variable the value came from, and never a field path
+/// (`options.attributesToIgnore`).
+struct ArgumentNames {
+    /// Where the key came from: `--api-key`, `--api-key-file` or `FINGERLY_API_KEY`.
+    var apiKey = "--api-key"
+    /// `--endpoint` or `FINGERLY_ENDPOINT`.
+    var endpoint = "--endpoint"
+    /// `--state-dir`, `FINGERLY_STATE_DIR`, or the default directory described.
+    var stateDirectory = "--state-dir"
+
+    static let flagOfField = [
+        "schedule.budgetMs": "--budget-ms", "schedule.concurrency": "--concurrency", "schedule.tiers": "--tiers",
+        "schedule.defaultSourceTimeoutMs": "--timeout-ms", "schedule.sourceTimeoutOverrideMs": "--probe-timeout-ms",
+        "options.root": "--root", "options.attributesToIgnore": "--ignore", "options.policy": "--policy",
+        "options.submission.attempts": "--attempts", "options.submission.baseDelayMs": "--retry-delay-ms",
+        "options.submission.deadlineMs": "--deadline-ms", "options.submission.caFile": "--ca-file",
+        "options.submission.pins": "--api-pin",
+    ]
+
+    /// The name for `field`; a field no flag sets keeps its own name.
+    func name(forField field: String) -> String {
+        switch field {
+        case "apiKey": apiKey
+        case "endpoint": endpoint
+        case "options.stateDirectory": stateDirectory
+        default: Self.flagOfField[field] ?? field
+        }
+    }
+}

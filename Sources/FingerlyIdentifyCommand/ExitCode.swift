@@ -32,12 +32,22 @@ package enum ExitCode: Int32, Sendable, Error {
 
     /// Says why a library call failed and gives its status: every command maps the same error
     /// to the same code.
-    static func failure(_ error: any Error, _ io: CommandIO) -> ExitCode {
-        io.standardError("fingerly-identify: \(error)\n")
+    static func failure(_ error: any Error, _ io: CommandIO, names: ArgumentNames = ArgumentNames()) -> ExitCode {
+        if case FingerlyError.invalidConfiguration(let field, let reason) = error {
+            io.standardError("fingerly-identify: \(names.name(forField: field)): \(reason)\n")
+        } else {
+            io.standardError("fingerly-identify: \(error)\n")
+        }
         switch error {
         case FingerlyError.invalidConfiguration(let field, _):
-            // A policy file is input the command was given; every other field comes from flags.
-            return field == "options.policy" ? .dataError : .usage
+            // A policy file is input the command was given; a state directory the run needs and
+            // cannot use (a named one was checked before, so this is the default or its store) is
+            // the I/O failure it is, not bad usage; every other field comes from flags.
+            switch field {
+            case "options.policy": return .dataError
+            case "options.stateDirectory": return .ioError
+            default: return .usage
+            }
         case FingerlyError.localStore: return .ioError
         case is ConsentError: return .noPermission
         case is StateError: return .ioError

@@ -102,12 +102,13 @@ package enum FingerlyIdentify {
         EXIT CODES:
           0   success (submitted, or judged here)
           3   a --fail-on verdict matched
-          64  usage error (bad flag or value)
+          64  usage error (bad flag or value, a --state-dir that cannot be used)
           65  bad input: invalid policy file, or --root is not a directory
           67  the server does not know or refuses the API key (401, 403)
           69  the organization is not accepting traffic (402)
           70  internal error
           74  delivery failed and the report could not be queued (disk full, no state directory),
+              or the local mode has no usable state directory (the default one; --no-submit needs none),
               or the local store cannot be opened or read (a damaged local.sqlite)
           75  delivery failed for now: the report is queued; 'flush' sends it later
           76  the server rejected the report (another 4xx), or TLS verification or a pin failed

@@ -94,10 +94,10 @@ struct IdentifyCommand {
     }
 
     /// Command-line text as an error message may echo it: printable ASCII, the rest escaped, cut short.
-    static func shown(_ text: String) -> String {
+    static func shown(_ text: String, limit: Int = 80) -> String {
         let scalars = text.unicodeScalars
-        let shown = scalars.prefix(80).map { (0x20..<0x7f).contains($0.value) && $0 != "\\" ? String($0) : $0.escaped(asASCII: true) }.joined()
-        return scalars.count > 80 ? shown + "…" : shown
+        let shown = scalars.prefix(limit).map { (0x20..<0x7f).contains($0.value) && $0 != "\\" ? String($0) : $0.escaped(asASCII: true) }.joined()
+        return scalars.count > limit ? shown + "…" : shown
     }
 
     static func parseTiers(_ names: [String]) throws(UsageError) -> Set<Tier> {
@@ -136,6 +136,13 @@ struct IdentifyCommand {
     func run(_ io: CommandIO) async -> ExitCode {
         for warning in connection.warnings { io.standardError("fingerly-identify: warning: \(warning)\n") }
         let stateDirectory = connection.resolvedStateDirectory(io.environment)
+        // Another user's writable directory is refused as every command refuses it (78), before
+        // the named directory's usability check could call it merely unusable.
+        if let refused = StateCommands.untrustedStateDirectory(stateDirectory, io) { return refused }
+        if let problem = connection.namedStateDirectoryProblem() {
+            io.standardError("fingerly-identify: \(problem)\n")
+            return .usage
+        }
         let consent: ConsentState
         // Before the root is as much as looked at: without consent nothing of the host is read.
         switch StateCommands.operatorConsent(stateDirectory, io) {
@@ -180,7 +187,7 @@ struct IdentifyCommand {
                 result = try await fingerly.identify(tag: tag, tiers: tiers, submit: false)
             }
         } catch {
-            return ExitCode.failure(error, io)
+            return ExitCode.failure(error, io, names: connection.names)
         }
 
         if requestOnly {
@@ -197,7 +204,7 @@ struct IdentifyCommand {
         } else {
             io.standardOutput(HumanReport(result: result, colour: io.usesColour).render())
         }
-        if let failure { return ExitCode.failure(failure, io) }
+        if let failure { return ExitCode.failure(failure, io, names: connection.names) }
         return FailOn.check(failOn, { result.verdicts[$0] }, io)
     }
 }

@@ -104,7 +104,7 @@ enum StateCommands {
                 }
                 return .success
             } catch {
-                return ExitCode.failure(error, io)
+                return ExitCode.failure(error, io, names: connection.names)
             }
         }
     }
@@ -140,7 +140,7 @@ enum StateCommands {
                 }
                 return Self.report(result, io)
             } catch {
-                return ExitCode.failure(error, io)
+                return ExitCode.failure(error, io, names: connection.names)
             }
         }
 

@@ -19,6 +19,8 @@ struct SubmissionArguments {
     var verbose = false
     /// Said on stderr once the command runs (a key on the command line).
     var warnings: [String] = []
+    /// Where each value came from, for the library's errors.
+    var names = ArgumentNames()
 
     init(_ arguments: ParsedArguments, environment: [String: String]) throws(UsageError) {
         verbose = arguments.has("verbose")
@@ -27,6 +29,7 @@ struct SubmissionArguments {
         }
         if let key = arguments["api-key"] {
             apiKey = key
+            names.apiKey = "--api-key"
             warnings.append("--api-key is visible to every user in ps and /proc/*/cmdline; prefer FINGERLY_API_KEY or --api-key-file")
         } else if let path = arguments["api-key-file"] {
             let bytes: [UInt8]
@@ -41,15 +44,24 @@ struct SubmissionArguments {
             if text.hasSuffix("\r") { text = text.dropLast() }
             guard !text.isEmpty, !text.contains("\n") else { throw UsageError("--api-key-file \(IdentifyCommand.shown(path)): expected one line holding the key") }
             apiKey = String(text)
+            names.apiKey = "--api-key-file"
         } else if let key = environment["FINGERLY_API_KEY"], !key.isEmpty {
             apiKey = key
+            names.apiKey = "FINGERLY_API_KEY"
         }
         endpoint = arguments["endpoint"] ?? environment["FINGERLY_ENDPOINT"] ?? ""
+        if arguments["endpoint"] == nil && !endpoint.isEmpty { names.endpoint = "FINGERLY_ENDPOINT" }
         if let directory = arguments["state-dir"] ?? environment["FINGERLY_STATE_DIR"].flatMap({ $0.isEmpty ? nil : $0 }) {
             guard directory.hasPrefix("/") else {
                 throw UsageError("\(arguments["state-dir"] != nil ? "--state-dir" : "FINGERLY_STATE_DIR") needs an absolute path, got '\(IdentifyCommand.shown(directory))'")
             }
             stateDirectory = directory
+            if arguments["state-dir"] == nil { names.stateDirectory = "FINGERLY_STATE_DIR" }
+        } else if let directory = FingerlyOptions.defaultStateDirectory(environment: environment) {
+            names.stateDirectory = "the default state directory \(IdentifyCommand.shown(directory)) "
+                + "(--state-dir names another)"
+        } else {
+            names.stateDirectory = "the state directory (none by default here; --state-dir names one)"
         }
         if let file = arguments["ca-file"] {
             guard !file.isEmpty else { throw UsageError("--ca-file needs a file") }
@@ -62,6 +74,15 @@ struct SubmissionArguments {
         if let attempts = try arguments.integer("attempts", in: 1...10) { submission.attempts = attempts }
         if let delay = try arguments.integer("retry-delay-ms", in: 0...60_000) { submission.baseDelayMs = delay }
         if let deadline = try arguments.integer("deadline-ms", in: 1...600_000) { submission.deadlineMs = deadline }
+    }
+
+    /// A state directory the user named must be usable: refused (exit 64, naming where it came
+    /// from) rather than left for the run to degrade to identifiers keyed per run. The default
+    /// one may be missing; what needs it then says so (exit 74).
+    func namedStateDirectoryProblem() -> String? {
+        guard let stateDirectory, let problem = Fingerly.stateDirectoryProblem(stateDirectory) else { return nil }
+        // Room for a long path and the reason after it.
+        return "\(names.stateDirectory): cannot be used: \(IdentifyCommand.shown(problem, limit: 600))"
     }
 
     /// The library's options for a command about the state directory alone (nothing of the host

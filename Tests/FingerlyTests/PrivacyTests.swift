@@ -64,9 +64,11 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch + "/machine-a") == ["identifier-key"])
     }
 
-    /// A state directory that cannot be made must not fall back to a shared key: the run is
-    /// keyed by a key of its own, and the report says so. One that another user may write is
-    /// refused outright (issue 23; StateDirectoryTrustTests): nothing is written there.
+    /// A default state directory (here systemd's STATE_DIRECTORY) that cannot be made must not
+    /// fall back to a shared key: the run is keyed by a key of its own, and the report says so.
+    /// One the user names is refused instead (Python and C refuse it too), and one that another
+    /// user may write is refused outright, named or not (StateDirectoryTrustTests): nothing is
+    /// written there.
     @Test func anUnusableStateDirectoryKeysPerRunAndTheReportSaysSo() throws {
         let scratch = try TestPaths.temporaryDirectory("state")
         try DeviceFixtures.write("not a directory", to: scratch + "/file")
@@ -74,12 +76,21 @@ import Testing
         try FileManager.default.createDirectory(atPath: worldWritable, withIntermediateDirectories: true)
         chmod(worldWritable, 0o777)
         let root = TestPaths.fixture("laptop-baremetal")
+        func byDefault(_ directory: String) -> [String: String] {
+            ProcessInfo.processInfo.environment.merging(["STATE_DIRECTORY": directory]) { $1 }
+        }
+        let arguments = ["--no-submit", "--json", "--tiers", "fast", "--root", root]
+        let unset = ["FINGERLY_API_KEY", "FINGERLY_STATE_DIR"]
         let unmade = scratch + "/file/state"
-        let first = try Self.noKeyDryRun(root: root, stateDirectory: unmade)
-        let second = try Self.noKeyDryRun(root: root, stateDirectory: unmade)
+        let first = try Self.result(try runCLI(arguments, environment: byDefault(unmade), removing: unset))
+        let second = try Self.result(try runCLI(arguments, environment: byDefault(unmade), removing: unset))
         #expect(first.report.identifierKeying == .perRun && second.report.identifierKeying == .perRun)
         #expect(Set(Self.linkableValues(first)).isDisjoint(with: Self.linkableValues(second)))
-        let human = try runCLI(["--no-submit", "--tiers", "fast", "--root", root, "--state-dir", unmade], removing: ["FINGERLY_API_KEY"])
+        let named = try runCLI(arguments + ["--state-dir", unmade], removing: ["FINGERLY_API_KEY"])
+        #expect(named.status == 64 && named.standardError.contains("--state-dir: cannot be used: "),
+                "\(named.standardError)")
+        let human = try runCLI(["--no-submit", "--tiers", "fast", "--root", root],
+                               environment: byDefault(unmade), removing: unset)
         #expect(human.standardOutput.contains("keyed for this run only"), "\(human.standardOutput)")
         let refused = try runCLI(["--no-submit", "--tiers", "fast", "--root", root, "--state-dir", worldWritable],
                                  removing: ["FINGERLY_API_KEY"])

@@ -105,11 +105,11 @@ struct Review6CABITests {
         expectRefused("deep nesting on a 256 KiB thread", mentioning: "nested deeper than")
         // The first of two equal members used to win in silence: a consent nobody can read off the document.
         expectRefused("duplicate consent", mentioning: "duplicate member")
-        expectRefused("tiers a string", mentioning: "schedule.tiers must be an array")
-        expectRefused("ignore an object", mentioning: "ignore must be an array")
-        expectRefused("config an array", mentioning: "the document must be an object")
-        expectRefused("unknown tier", mentioning: "schedule.tiers[0]")
-        expectRefused("apiKey a number", mentioning: "apiKey must be a string")
+        expectRefused("tiers a string", mentioning: "schedule.tiers: must be an array")
+        expectRefused("ignore an object", mentioning: "ignore: must be an array")
+        expectRefused("config an array", mentioning: "config: the document must be an object")
+        expectRefused("unknown tier", mentioning: "schedule.tiers: unknown tier 'slow'; use fast or deferred")
+        expectRefused("apiKey a number", mentioning: "apiKey: must be a string")
         expectRefused("lone surrogate", mentioning: "not valid JSON")
         for member in ["budgetMs", "concurrency", "defaultSourceTimeoutMs", "sourceTimeoutOverrideMs", "deadlineMs", "attemptTimeoutMs"] {
             #expect(lines["\(member)=9007199254740992"]?.rc == 0, "\(member): \(lines["\(member)=9007199254740992"]?.message ?? "none")")

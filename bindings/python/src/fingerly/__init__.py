@@ -8,11 +8,11 @@ import ctypes
 import json
 
 from . import _native
-from ._types import FlushResult, IdentifyResult, IntegrityResult, Reason, Trigger, Verdict, Verdicts
+from ._types import FlushResult, IdentifyResult, IntegrityResult, IntegrityVerdicts, Reason, Trigger, Verdict, Verdicts
 
 __all__ = ["load", "Fingerly", "FingerlyError", "ConsentError", "TransportError", "ConfigurationError",
-           "InternalError", "IdentifyResult", "IntegrityResult", "FlushResult", "Verdict", "Verdicts", "Reason",
-           "Trigger", "library_version"]
+           "InternalError", "IdentifyResult", "IntegrityResult", "IntegrityVerdicts", "FlushResult", "Verdict",
+           "Verdicts", "Reason", "Trigger", "library_version"]
 
 
 class FingerlyError(Exception):
@@ -38,11 +38,41 @@ class TransportError(FingerlyError):
 
 
 class ConfigurationError(FingerlyError):
-    """A bad option or argument."""
+    """A bad option or argument: refused where the CLI refuses the same value. `argument` is the
+    name of the keyword argument at fault (`root`, `consent`, `attempts`…), None when the message
+    is about no single one; the message starts with it."""
+
+    def __init__(self, message, kind=_native.CONFIGURATION, argument=None):
+        super().__init__(message, kind)
+        self.argument = argument
 
 
 class InternalError(FingerlyError):
     """Anything else."""
+
+
+# The members of the C configuration (fingerly_load's JSON), and of its errors, as the keyword
+# arguments of load() name them.
+_ARGUMENT_OF_MEMBER = {
+    "apiKey": "api_key", "endpoint": "endpoint", "consent": "consent", "stateDirectory": "state_directory",
+    "ignore": "ignore", "root": "root", "policyPath": "policy_path",
+    "schedule.budgetMs": "budget_ms", "schedule.tiers": "tiers", "schedule.concurrency": "concurrency",
+    "schedule.defaultSourceTimeoutMs": "default_source_timeout_ms",
+    "schedule.sourceTimeoutOverrideMs": "source_timeout_override_ms",
+    "submission.attempts": "attempts", "submission.deadlineMs": "deadline_ms",
+    "submission.attemptTimeoutMs": "attempt_timeout_ms", "submission.caFile": "ca_file", "submission.pins": "pins",
+    "submission.localResultOnFailure": "local_result_on_failure",
+}
+
+
+def _configuration_error(message):
+    """The library's `member: reason` (the member maybe indexed, `schedule.tiers[0]`) with the member
+    replaced by the argument of load() that set it."""
+    member, separator, reason = message.partition(": ")
+    argument = _ARGUMENT_OF_MEMBER.get(member.split("[", 1)[0]) if separator else None
+    if argument is None:
+        return ConfigurationError(message)
+    return ConfigurationError(f"{argument}: {reason}", argument=argument)
 
 
 def _raise(error):
@@ -52,7 +82,7 @@ def _raise(error):
     if error.kind == _native.TRANSPORT:
         raise TransportError(message, error.status or None, bool(error.retryable))
     if error.kind == _native.CONFIGURATION:
-        raise ConfigurationError(message, error.kind)
+        raise _configuration_error(message)
     raise InternalError(message, error.kind)
 
 
@@ -64,18 +94,18 @@ def _tier_bits(tiers):
     bits = 0
     for tier in tiers:
         if tier not in _native.TIER_BITS:
-            raise ConfigurationError(f"unknown tier {tier!r}; use 'fast' or 'deferred'", _native.CONFIGURATION)
+            raise ConfigurationError(f"tiers: unknown tier {str(tier)!r}; use fast or deferred", argument="tiers")
         bits |= _native.TIER_BITS[tier]
     return bits
 
 
-def _text(value):
+def _text(value, argument):
     if value is None:
         return None
     text = str(value)
     # A C string ends at its first NUL: "granted\0x" would arrive as "granted", a tag cut short.
     if "\0" in text:
-        raise ConfigurationError(f"{text!r} contains a NUL character", _native.CONFIGURATION)
+        raise ConfigurationError(f"{argument}: {text!r} contains a NUL character", argument=argument)
     return text.encode("utf-8")
 
 
@@ -107,7 +137,7 @@ class Fingerly:
 
     def _call_for_json(self, function, *arguments):
         if not self._handle:
-            raise ConfigurationError("this instance is closed", _native.CONFIGURATION)
+            raise ConfigurationError("this instance is closed")
         output = _native.new_text()
         error = _native.Error()
         if function(self._handle, *arguments, ctypes.byref(output), ctypes.byref(error)) != 0:
@@ -117,11 +147,12 @@ class Fingerly:
 
     def identify(self, tag=None, tiers=None, submit=True):
         """Collects, judges and (with submit) submits; tiers None runs the configured ones."""
-        return IdentifyResult.from_json(self._call_for_json(_native.identify, _text(tag), _tier_bits(tiers), bool(submit)))
+        return IdentifyResult.from_json(self._call_for_json(_native.identify, _text(tag, "tag"), _tier_bits(tiers),
+                                                            bool(submit)))
 
     def collect(self, tag=None, tiers=None):
         """The signal report alone, as a dict."""
-        return self._call_for_json(_native.collect, _text(tag), _tier_bits(tiers))
+        return self._call_for_json(_native.collect, _text(tag, "tag"), _tier_bits(tiers))
 
     def check_integrity(self, tiers=("fast",)):
         return IntegrityResult.from_json(self._call_for_json(_native.check_integrity, _tier_bits(tiers)))
@@ -131,7 +162,7 @@ class Fingerly:
 
     def set_consent(self, consent):
         error = _native.Error()
-        if _native.set_consent(self._handle, _text(consent), ctypes.byref(error)) != 0:
+        if _native.set_consent(self._handle, _text(consent, "consent"), ctypes.byref(error)) != 0:
             _raise(error)
 
     def clear_device_identity(self):
@@ -141,17 +172,30 @@ class Fingerly:
 
 
 def load(api_key=None, endpoint="", budget_ms=1200, consent="granted", tiers=("fast", "deferred"),
-         state_directory=None, ignore=(), root="/", policy_path=None, **schedule):
-    """Fingerly.load: checks the options and returns an instance; reads nothing of the host.
-    Further schedule options (concurrency, default_source_timeout_ms, source_timeout_override_ms)
-    go by keyword."""
+         state_directory=None, ignore=(), root="/", policy_path=None, *, ca_file=None, pins=(), attempts=None,
+         deadline_ms=None, attempt_timeout_ms=None, local_result_on_failure=None, **schedule):
+    """Fingerly.load: checks the options and returns an instance; reads nothing of the host but
+    whether `root` is a directory (with consent granted), and makes `state_directory` when missing.
+    Refuses what fingerly-identify refuses (ConfigurationError naming the argument): a root that
+    is not a directory, a state directory that cannot be used.
+
+    Submission, as the CLI's --ca-file, --api-pin, --attempts and --deadline-ms: `ca_file` (PEM CAs
+    trusted instead of the system's), `pins` (SPKI SHA-256 pins of the API origin's key), `attempts`
+    (1-10), `deadline_ms`, `attempt_timeout_ms`, `local_result_on_failure`. Further schedule options
+    (concurrency, default_source_timeout_ms, source_timeout_override_ms) go by keyword."""
     names = {"concurrency": "concurrency", "default_source_timeout_ms": "defaultSourceTimeoutMs",
              "source_timeout_override_ms": "sourceTimeoutOverrideMs"}
     unknown = sorted(set(schedule) - set(names))
-    if isinstance(tiers, str):
-        tiers = (tiers,)
     if unknown:
         raise TypeError(f"load() got unexpected keyword argument(s): {', '.join(unknown)}")
+    if isinstance(tiers, str):
+        tiers = (tiers,)
+    if isinstance(pins, str):
+        pins = (pins,)
+    for argument, value in (("tiers", tiers), ("ignore", ignore), ("pins", pins)):
+        if isinstance(value, (bytes, dict)) or not hasattr(value, "__iter__"):
+            raise ConfigurationError(f"{argument}: must be a list of strings, got {type(value).__name__}",
+                                     argument=argument)
     config = {"apiKey": api_key, "endpoint": endpoint, "consent": consent,
               "schedule": {"budgetMs": budget_ms, "tiers": list(tiers),
                            **{names[key]: value for key, value in schedule.items()}},
@@ -160,6 +204,11 @@ def load(api_key=None, endpoint="", budget_ms=1200, consent="granted", tiers=("f
         config["stateDirectory"] = state_directory
     if policy_path is not None:
         config["policyPath"] = policy_path
+    submission = {"caFile": ca_file, "pins": list(pins) or None, "attempts": attempts, "deadlineMs": deadline_ms,
+                  "attemptTimeoutMs": attempt_timeout_ms, "localResultOnFailure": local_result_on_failure}
+    submission = {member: value for member, value in submission.items() if value is not None}
+    if submission:
+        config["submission"] = submission
     return Fingerly(config)
 
 

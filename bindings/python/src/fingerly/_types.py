@@ -1,4 +1,5 @@
 """Typed results: dataclasses over the library's own JSON encoding."""
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -93,18 +94,40 @@ class IdentifyResult:
 
 
 @dataclass(frozen=True)
-class IntegrityResult:
+class IntegrityVerdicts:
+    """The four verdicts an integrity check decides, named as in Verdicts."""
     debugger: Verdict
     tampering: Verdict
     instrumentation: Verdict
     automation: Verdict
+
+    @classmethod
+    def from_json(cls, value):
+        return cls(**{name: Verdict.from_json(value[name]) for name in INTEGRITY_VERDICT_NAMES})
+
+
+INTEGRITY_VERDICT_NAMES = ("debugger", "tampering", "instrumentation", "automation")
+
+
+@dataclass(frozen=True)
+class IntegrityResult:
+    """fingerly_check_integrity's IntegrityResult: `verdicts.<name>` as in IdentifyResult.
+    The verdicts at the top level (`result.debugger`) are the 0.1.0 shape, kept through 0.2 with a
+    DeprecationWarning."""
+    verdicts: IntegrityVerdicts
     report: dict = field(repr=False)
 
     @classmethod
     def from_json(cls, value):
-        return cls(debugger=Verdict.from_json(value["debugger"]), tampering=Verdict.from_json(value["tampering"]),
-                   instrumentation=Verdict.from_json(value["instrumentation"]),
-                   automation=Verdict.from_json(value["automation"]), report=value.get("report", {}))
+        return cls(verdicts=IntegrityVerdicts.from_json(value), report=value.get("report", {}))
+
+    def __getattr__(self, name):
+        # Only reached for names the dataclass does not have.
+        if name in INTEGRITY_VERDICT_NAMES:
+            warnings.warn(f"IntegrityResult.{name} is deprecated; use IntegrityResult.verdicts.{name}",
+                          DeprecationWarning, stacklevel=2)
+            return getattr(self.verdicts, name)
+        raise AttributeError(f"'IntegrityResult' object has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
