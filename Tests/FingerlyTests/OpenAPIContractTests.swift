@@ -120,4 +120,59 @@ struct OpenAPIContractTests {
         #expect(answer.status == 200, "\(answer.text)")
         #expect(answer.text.contains(#""duplicate":false"#))
     }
+
+    /// Bodies at the edges of what the schema states, each answered by a live server and judged by
+    /// jsonschema against the document's IdentifyRequest (date-time format checked): the server
+    /// answers 200 exactly when the schema accepts, and names the member past the 64-bit range.
+    @Test func theServerAcceptsExactlyWhatTheSchemaAccepts() throws {
+        let body = try WireContractTests.compactBody()
+        func with(_ original: String, _ replacement: String) throws -> String {
+            try #require(body.contains(original), "\(original) is not in the worked body")
+            return body.replacingOccurrences(of: original, with: replacement)
+        }
+        let date = #""collectedAt":"2026-01-01T00:00:00Z""#
+        var variants = [body]
+        for collectedAt in ["2026-01-01T00:00:00.25Z", "2026-01-01T05:30:00+05:30", "2026-01-01T00:00:00+18:00",
+                            "2026-01-01T00:00:00-18:00", "2026-01-01T00:00:00+18:01", "2026-01-01T00:00:00-19:00",
+                            "2026-01-01t00:00:00z", "2026-02-30T00:00:00Z", "2028-02-29T00:00:00Z", "2026-01-01T24:00:00Z",
+                            "2016-12-31T23:59:60Z", "2026-01-01T00:00:00+0100", "2026-01-01T00:00:00", "2026-01-01",
+                            "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999Z"] {
+            variants.append(try with(date, #""collectedAt":"\#(collectedAt)""#))
+        }
+        for version in ["1", "3", "2.0"] { variants.append(try with(#""schemaVersion":2"#, #""schemaVersion":\#(version)"#)) }
+        var messages: [Int: String] = [:]
+        for budget in ["9223372036854775807", "-9223372036854775808", "9223372036854775808", "-9223372036854775809", "1e2"] {
+            if budget.hasSuffix("9") || budget == "9223372036854775808" { messages[variants.count] = "'report.budgetMs' is out of range" }
+            variants.append(try with(#""budgetMs":1200"#, #""budgetMs":\#(budget)"#))
+        }
+        for signal in ["18446744073709551616", "-9223372036854775809", "1.5", "null", "2.0", "[]"] {
+            if signal.count > 18 { messages[variants.count] = "signals.dmi.chassis_type' is invalid: an integer out of range" }
+            variants.append(try with(#""dmi.chassis_type":1"#, #""dmi.chassis_type":\#(signal)"#))
+        }
+        variants.append(try with(#""tag":"checkout""#, #""tag":null"#))
+        variants.append(try with(#""freeText":"fingerprint""#, #""freeText":null,"prefetchedAgeMs":null"#))
+        variants.append(try with(#""name":"dmi-model""#, #""name":"""#))
+        variants.append(try with(#""name":"dmi-model""#, #""name":"\#(String(repeating: "n", count: 129))""#))
+        variants.append(try with(#""hardwareIdVersion":1"#, #""hardwareIdVersion":2"#))
+        variants.append(try with(#""hardwareId":"3c9d"#, #""hardwareId":"3C9D"#))
+
+        let input = try TestPaths.temporaryDirectory("openapi-variants") + "/bodies.jsonl"
+        try Data((variants.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: input))
+        let judged = try runShell("\"$1\" \"$2\" \"$3\" < \"$4\"", try Self.tool("python"), Self.fixtures + "/validate.py", Self.spec, input)
+        try #require(judged.status == 0, "\(judged.standardError)")
+        let verdicts = judged.standardOutput.split(separator: "\n").map(String.init)
+        try #require(verdicts.count == variants.count, "\(judged.standardOutput)")
+        #expect(verdicts[0] == "valid")
+        #expect(verdicts.contains("invalid"))
+
+        let harness = try ServerHarness()
+        let (publicKey, _) = try harness.keys(organization: Self.organization)
+        for (index, (variant, verdict)) in zip(variants, verdicts).enumerated() {
+            let answer = try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(publicKey),
+                                                    body: Array(variant.utf8))
+            #expect((answer.status == 200) == (verdict == "valid"), "schema says \(verdict), server \(answer.status) \(answer.text): \(variant)")
+            if let message = messages[index] { #expect(answer.text.contains(message), "\(answer.text)") }
+        }
+    }
 }
+
