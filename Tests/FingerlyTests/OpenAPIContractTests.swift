@@ -49,7 +49,8 @@ struct OpenAPIContractTests {
         environment["PYTHONPATH"] = Self.fixtures
         environment["SCHEMATHESIS_HOOKS"] = "hooks"
         environment["NO_COLOR"] = "1"
-        let run = try runProcess(schemathesis, [
+        // Run in the test's directory: schemathesis keeps a cache of past findings where it runs.
+        let run = try runProcess("/usr/bin/env", ["-C", directory, schemathesis,
             "--config-file", Self.fixtures + "/schemathesis.toml", "run", Self.spec,
             "--url", "http://127.0.0.1:\(server.port)", "--checks", "all", "--max-examples", "100",
             "--workers", "1", "--seed", "23", "--report", "junit", "--report-dir", directory,
