@@ -38,9 +38,11 @@ struct OpenAPIContractTests {
         let schemathesis = try Self.tool("schemathesis")
         let directory = try TestPaths.temporaryDirectory("openapi-contract")
         let database = directory + "/db.sqlite"
-        let (publicKey, secretKey) = try addedKeys(try runServerCLI(["keys", "add", "--org", Self.organization, "--db", database]))
+        let (publicKey, secretKey) = try addedKeys(try runServerCLI(["keys", "add", "--org", Self.organization,
+                                                                     "--db", database]))
         // Limits above the run's pace: a 429 is no finding about the schema.
-        let server = try ServerProcess(database: database, arguments: ["--rate-limit", "1000000", "--failure-limit", "1000000"])
+        let server = try ServerProcess(database: database,
+                                       arguments: ["--rate-limit", "1000000", "--failure-limit", "1000000"])
         var environment = ProcessInfo.processInfo.environment
         environment["FINGERLY_CONTRACT_SPEC"] = Self.spec
         environment["FINGERLY_CONTRACT_ORGANIZATION"] = Self.organization
@@ -58,7 +60,8 @@ struct OpenAPIContractTests {
         #expect(run.status == 0, "schemathesis: \(run.standardOutput.suffix(8000))\(run.standardError.suffix(2000))")
         // The run reached both operations and generated at least 100 cases for each.
         #expect(run.standardOutput.contains("Tested: 2"), "\(run.standardOutput.suffix(2000))")
-        let generated = try #require(run.standardOutput.firstMatch(of: /([0-9]+) generated/)?.1, "\(run.standardOutput.suffix(2000))")
+        let generated = try #require(run.standardOutput.firstMatch(of: /([0-9]+) generated/)?.1,
+                                     "\(run.standardOutput.suffix(2000))")
         #expect(Int(generated)! >= 200)
         #expect(server.terminate() == 0, "\(server.standardError.value)")
     }
@@ -66,7 +69,8 @@ struct OpenAPIContractTests {
     /// The document as JSON, read by PyYAML from the contract tools.
     static func document() throws -> [String: Any] {
         let python = try tool("python")
-        let run = try runProcess(python, ["-c", "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)", spec])
+        let script = "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)"
+        let run = try runProcess(python, ["-c", script, spec])
         try #require(run.status == 0, "\(run.standardError)")
         return try #require(try JSONSerialization.jsonObject(with: Data(run.standardOutput.utf8)) as? [String: Any])
     }
@@ -85,38 +89,42 @@ struct OpenAPIContractTests {
             headers.append((try #require(parameter["name"] as? String), try #require(example as? String)))
         }
         let names = Set(headers.map(\.0))
-        #expect(names.isSuperset(of: ["Idempotency-Key", "Content-Digest", "Fingerly-Device-Key", "Signature-Input", "Signature"]),
-                "\(names)")
+        let signed = ["Idempotency-Key", "Content-Digest", "Fingerly-Device-Key", "Signature-Input", "Signature"]
+        #expect(names.isSuperset(of: signed), "\(names)")
 
         let paths = try #require(document["paths"] as? [String: Any])
         let identify = try #require((paths["/v1/identify"] as? [String: Any])?["post"] as? [String: Any])
-        let content = try #require(((identify["requestBody"] as? [String: Any])?["content"] as? [String: Any])?["application/json"]
-            as? [String: Any])
+        let requestBody = try #require(identify["requestBody"] as? [String: Any])
+        let content = try #require((requestBody["content"] as? [String: Any])?["application/json"] as? [String: Any])
         let examples = try #require(content["examples"] as? [String: [String: Any]])
         try #require(!examples.isEmpty, "identify has no request body example")
         let body = Array(try WireContractTests.compactBody().utf8)
         for (name, example) in examples {
             let value = try #require(example["value"], "\(name) has no value")
             let given = try JSONSerialization.data(withJSONObject: value, options: [.sortedKeys])
-            let canonical = try JSONSerialization.data(withJSONObject: try JSONSerialization.jsonObject(with: Data(body)), options: [.sortedKeys])
+            let worked = try JSONSerialization.jsonObject(with: Data(body))
+            let canonical = try JSONSerialization.data(withJSONObject: worked, options: [.sortedKeys])
             #expect(given == canonical, "example \(name) is not api.md's worked body")
         }
 
         // RFC 8032 §7.1 TEST 1, as the example's description says.
-        let seed = Array(WireContractTests.bytes(hex: "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"))
+        let seed = Array(WireContractTests.bytes(
+            hex: "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"))
         let device = try seed.withUnsafeBytes { try DeviceKey(seed: $0) }
         let idempotencyKey = try #require(headers.first { $0.0 == "Idempotency-Key" }?.1)
-        let signed = try MessageSignature.sign(method: "POST", path: "/v1/identify", body: body, idempotencyKey: idempotencyKey,
-                                               created: Self.exampleCreated, with: device)
-        for (name, value) in signed.headers {
-            #expect(headers.first { $0.0.lowercased() == name.lowercased() }?.1 == value, "the \(name) example is not the signer's")
+        let fields = try MessageSignature.sign(method: "POST", path: "/v1/identify", body: body,
+                                               idempotencyKey: idempotencyKey, created: Self.exampleCreated,
+                                               with: device)
+        for (name, value) in fields.headers {
+            #expect(headers.first { $0.0.lowercased() == name.lowercased() }?.1 == value,
+                    "the \(name) example is not the signer's")
         }
 
         let harness = try ServerHarness(clock: { Self.exampleCreated }) { $0.allowUnsigned = false }
         let (publicKey, _) = try harness.keys(organization: Self.organization)
         let answer = try harness.client.request("POST", "/v1/identify",
-                                                headers: [("Authorization", "Bearer \(publicKey)"), ("Content-Type", "application/json")]
-                                                    + headers,
+                                                headers: [("Authorization", "Bearer \(publicKey)"),
+                                                          ("Content-Type", "application/json")] + headers,
                                                 body: body)
         #expect(answer.status == 200, "\(answer.text)")
         #expect(answer.text.contains(#""duplicate":false"#))
@@ -135,19 +143,27 @@ struct OpenAPIContractTests {
         var variants = [body]
         for collectedAt in ["2026-01-01T00:00:00.25Z", "2026-01-01T05:30:00+05:30", "2026-01-01T00:00:00+18:00",
                             "2026-01-01T00:00:00-18:00", "2026-01-01T00:00:00+18:01", "2026-01-01T00:00:00-19:00",
-                            "2026-01-01t00:00:00z", "2026-02-30T00:00:00Z", "2028-02-29T00:00:00Z", "2026-01-01T24:00:00Z",
+                            "2026-01-01t00:00:00z", "2026-02-30T00:00:00Z", "2028-02-29T00:00:00Z",
+                            "2026-01-01T24:00:00Z",
                             "2016-12-31T23:59:60Z", "2026-01-01T00:00:00+0100", "2026-01-01T00:00:00", "2026-01-01",
                             "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999Z"] {
             variants.append(try with(date, #""collectedAt":"\#(collectedAt)""#))
         }
-        for version in ["1", "3", "2.0"] { variants.append(try with(#""schemaVersion":2"#, #""schemaVersion":\#(version)"#)) }
+        for version in ["1", "3", "2.0"] {
+            variants.append(try with(#""schemaVersion":2"#, #""schemaVersion":\#(version)"#))
+        }
         var messages: [Int: String] = [:]
-        for budget in ["9223372036854775807", "-9223372036854775808", "9223372036854775808", "-9223372036854775809", "1e2"] {
-            if budget.hasSuffix("9") || budget == "9223372036854775808" { messages[variants.count] = "'report.budgetMs' is out of range" }
+        for budget in ["9223372036854775807", "-9223372036854775808", "9223372036854775808", "-9223372036854775809",
+                       "1e2"] {
+            if budget.hasSuffix("9") || budget == "9223372036854775808" {
+                messages[variants.count] = "'report.budgetMs' is out of range"
+            }
             variants.append(try with(#""budgetMs":1200"#, #""budgetMs":\#(budget)"#))
         }
         for signal in ["18446744073709551616", "-9223372036854775809", "1.5", "null", "2.0", "[]"] {
-            if signal.count > 18 { messages[variants.count] = "signals.dmi.chassis_type' is invalid: an integer out of range" }
+            if signal.count > 18 {
+                messages[variants.count] = "signals.dmi.chassis_type' is invalid: an integer out of range"
+            }
             variants.append(try with(#""dmi.chassis_type":1"#, #""dmi.chassis_type":\#(signal)"#))
         }
         variants.append(try with(#""tag":"checkout""#, #""tag":null"#))
@@ -159,7 +175,8 @@ struct OpenAPIContractTests {
 
         let input = try TestPaths.temporaryDirectory("openapi-variants") + "/bodies.jsonl"
         try Data((variants.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: input))
-        let judged = try runShell("\"$1\" \"$2\" \"$3\" < \"$4\"", try Self.tool("python"), Self.fixtures + "/validate.py", Self.spec, input)
+        let judged = try runShell("\"$1\" \"$2\" \"$3\" < \"$4\"", try Self.tool("python"),
+                                  Self.fixtures + "/validate.py", Self.spec, input)
         try #require(judged.status == 0, "\(judged.standardError)")
         let verdicts = judged.standardOutput.split(separator: "\n").map(String.init)
         try #require(verdicts.count == variants.count, "\(judged.standardOutput)")
@@ -171,7 +188,8 @@ struct OpenAPIContractTests {
         for (index, (variant, verdict)) in zip(variants, verdicts).enumerated() {
             let answer = try harness.client.request("POST", "/v1/identify", headers: harness.identifyHeaders(publicKey),
                                                     body: Array(variant.utf8))
-            #expect((answer.status == 200) == (verdict == "valid"), "schema says \(verdict), server \(answer.status) \(answer.text): \(variant)")
+            #expect((answer.status == 200) == (verdict == "valid"),
+                    "schema says \(verdict), server \(answer.status) \(answer.text): \(variant)")
             if let message = messages[index] { #expect(answer.text.contains(message), "\(answer.text)") }
         }
     }

@@ -41,7 +41,7 @@ _crypto.EVP_PKEY_new_raw_private_key.argtypes = [ctypes.c_int, ctypes.c_void_p, 
 _crypto.EVP_PKEY_get_raw_public_key.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
 _crypto.EVP_MD_CTX_new.restype = ctypes.c_void_p
 _crypto.EVP_MD_CTX_free.argtypes = [ctypes.c_void_p]
-_crypto.EVP_DigestSignInit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+_crypto.EVP_DigestSignInit.argtypes = [ctypes.c_void_p] * 5
 _crypto.EVP_DigestSign.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
                                    ctypes.c_char_p, ctypes.c_size_t]
 _EVP_PKEY_ED25519 = 1087
@@ -83,7 +83,8 @@ def byte_sequence(data: bytes) -> str:
 
 def identifier(scope: str, components: list) -> str | None:
     """The identifier a client derives: the world-readable components of the scope, each once, sorted."""
-    parts = sorted({f"{c['name']}={c['hash']}" for c in components if c.get("scope") == scope and c.get("worldReadable") is True})
+    parts = sorted({f"{c['name']}={c['hash']}" for c in components
+                    if c.get("scope") == scope and c.get("worldReadable") is True})
     if not parts:
         return None
     message = (f"fingerly-{scope}-id-v1\n" + "\n".join(parts)).encode().strip(b" \t\n\r\x00").lower()
@@ -138,7 +139,8 @@ def sign(headers: dict, body: bytes) -> None:
     headers["Signature"] = "fingerly=" + byte_sequence(DEVICE.sign(base))
     if "Fingerly-Key-Rotation" in headers:
         statement = f"fingerly-key-rotation-v1\n{DEVICE.key_id}".encode()
-        headers["Fingerly-Key-Rotation"] = byte_sequence(OLD_DEVICE.public) + ";sig=" + byte_sequence(OLD_DEVICE.sign(statement))
+        old_signature = byte_sequence(OLD_DEVICE.sign(statement))
+        headers["Fingerly-Key-Rotation"] = byte_sequence(OLD_DEVICE.public) + ";sig=" + old_signature
 
 
 @schemathesis.hook
