@@ -317,6 +317,9 @@ package final class IdentityEngine: Sendable {
             (submission, canonicalRange, unknownMembers) = try SubmissionBody.decode(body)
         } catch let duplicate as DuplicateMember {
             return .error(400, "duplicate_member", "Member '\(duplicate.path)' is given twice; readers disagree on which one counts.")
+        } catch let outOfRange as OutOfRangeInteger {
+            return .badRequest("Field '\(outOfRange.path)' is out of range: integers here are 64-bit "
+                                + "(-9223372036854775808 to 9223372036854775807).")
         } catch let error as DecodingError {
             return .badRequest(EngineWire.decodingMessage(error))
         } catch {

@@ -17,6 +17,17 @@ public enum SignalValue: Sendable, Hashable, Codable, CustomStringConvertible {
             self = .int(value)
         } else if let value = try? container.decode(String.self) {
             self = .string(value)
+        } else if let strings = try? container.decode([String].self) {
+            self = .strings(strings)
+        } else if let number = try? container.decode(Double.self) {
+            // Named here: the generic failure would say only that an array was expected.
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: number.rounded() == number
+                ? "an integer out of range: a signal's integers are 64-bit "
+                    + "(-9223372036854775808 to 9223372036854775807)"
+                : "a number with a fraction: a signal is a boolean, an integer, a string or an array of strings")
+        } else if container.decodeNil() {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription:
+                "null: a signal is a boolean, an integer, a string or an array of strings")
         } else {
             self = .strings(try container.decode([String].self))
         }

@@ -16,7 +16,14 @@ extension SubmissionBody {
         // The fast reader declines any duplicate, so only its fall-back needs the scan.
         if let read = SubmissionReader.read(body) { return read }
         let scanned = try MemberScan.unknownMembers(in: body)
-        let decoded = try JSONDecoder.fingerly.decode(SubmissionBody.self, from: Data(body))
+        let decoded: SubmissionBody
+        do {
+            decoded = try JSONDecoder.submission.decode(SubmissionBody.self, from: Data(body))
+        } catch DecodingError.dataCorrupted(let context) where context.codingPath.isEmpty {
+            // JSONDecoder names no field for an integer past Int's range, as for a body not JSON.
+            if let outOfRange = OutOfRangeInteger.find(in: body) { throw outOfRange }
+            throw DecodingError.dataCorrupted(context)
+        }
         // JSONDecoder took a body the scan could not follow: which members it read, and how
         // often, is unknown, so it is not judged.
         guard let unknownMembers = scanned else {
