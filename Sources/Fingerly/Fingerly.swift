@@ -32,6 +32,8 @@ public final class Fingerly: Sendable {
     let flushGate = Mutex<Void>(())
     /// The engine of the local mode, opened on first use.
     let localEngineCache = Mutex<IdentityEngine?>(nil)
+    /// When the local store was last purged (seconds since the epoch).
+    let localPurgedAt = Mutex<Int64>(0)
     /// Whether the caller named an endpoint (then there is no local mode: a server is meant).
     let endpointWasGiven: Bool
     /// The deferred tier collected ahead of time (`FingerlyOptions.prefetch`).
@@ -94,6 +96,15 @@ public final class Fingerly: Sendable {
         if let override = schedule.sourceTimeoutOverrideMs, override <= 0 {
             throw invalid("schedule.sourceTimeoutOverrideMs", "must be positive, got \(override)")
         }
+        for (field, value, range) in [("schedule.budgetMs", schedule.budgetMs, ScheduleOptions.budgetRangeMs),
+                                      ("schedule.defaultSourceTimeoutMs", schedule.defaultSourceTimeoutMs,
+                                       ScheduleOptions.timeoutRangeMs),
+                                      ("schedule.sourceTimeoutOverrideMs", schedule.sourceTimeoutOverrideMs ?? 1,
+                                       ScheduleOptions.timeoutRangeMs),
+                                      ("schedule.concurrency", schedule.concurrency, ScheduleOptions.concurrencyRange)]
+        where value > range.upperBound {
+            throw invalid(field, "must be at most \(range.upperBound), got \(value)")
+        }
         guard !schedule.tiers.isEmpty else { throw invalid("schedule.tiers", "needs at least one tier") }
         var key: APIKey?
         if let apiKey {
@@ -145,6 +156,10 @@ public final class Fingerly: Sendable {
         _ = DetectionTables.embedded
         let submission = options.submission
         guard (1...10).contains(submission.attempts) else { throw invalid("options.submission.attempts", "must be 1 to 10, got \(submission.attempts)") }
+        guard submission.deadlineMs <= SubmissionOptions.deadlineRangeMs.upperBound else {
+            throw invalid("options.submission.deadlineMs",
+                          "must be at most \(SubmissionOptions.deadlineRangeMs.upperBound), got \(submission.deadlineMs)")
+        }
         for (field, value) in [("baseDelayMs", submission.baseDelayMs), ("maxDelayMs", submission.maxDelayMs),
                                ("retryAfterCapMs", submission.retryAfterCapMs), ("rateLimitPauseMs", submission.rateLimitPauseMs)] {
             guard (0...ScheduleOptions.longestMs).contains(value) else { throw invalid("options.submission.\(field)", "must be 0 to a day, got \(value)") }

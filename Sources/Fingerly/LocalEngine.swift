@@ -13,6 +13,8 @@ extension Fingerly {
     /// The organization every local visitor and event belongs to.
     package static let localOrganization = "local"
     static let localDatabaseName = "local.sqlite"
+    /// How often a long-lived instance purges its local store: hourly, as the server does.
+    static let localPurgeIntervalSeconds: Int64 = 3600
 
     /// Whether `identify` resolves here rather than submitting.
     var resolvesLocally: Bool { apiKey == nil && !endpointWasGiven }
@@ -20,7 +22,22 @@ extension Fingerly {
     /// The engine over this installation's local store; opened on first use.
     func localEngine() throws(FingerlyError) -> IdentityEngine {
         try localEngineCache.withLock { (cached) throws(FingerlyError) -> IdentityEngine in
-            if let cached { return cached }
+            if let cached {
+                // A host process may keep one instance for weeks: the store ages as a server's
+                // does, at most one pass an hour.
+                let now = Int64(time(nil))
+                if localPurgedAt.withLock({ (last) -> Bool in
+                    guard now - last >= Self.localPurgeIntervalSeconds else { return false }
+                    last = now
+                    return true
+                }) {
+                    do { _ = try Retention().purge(cached.store, now: now) } catch {
+                        throw .localStore(path: (stateDirectory ?? "") + "/" + Self.localDatabaseName,
+                                          reason: "cannot be purged: \(error); 'fingerly-identify reset' removes it")
+                    }
+                }
+                return cached
+            }
             guard let directory = stateDirectory else {
                 throw .invalidConfiguration(field: "options.stateDirectory",
                                             reason: "the local mode keeps its visitors in a state directory, and none can be named")
@@ -40,6 +57,7 @@ extension Fingerly {
                 // A local store ages as a server's does; a process of the CLI lives one run, so
                 // the pass runs once per opening rather than hourly.
                 _ = try Retention().purge(store, now: now)
+                localPurgedAt.withLock { $0 = now }
                 // The reports resolved here are keyed by this installation's secret, which the engine
                 // needs to recompute their identifiers.
                 let engine = IdentityEngine(store: store, policy: policy, clientKeying: .hasher(identifierHasher()),

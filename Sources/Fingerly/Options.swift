@@ -20,6 +20,12 @@ public struct ScheduleOptions: Sendable, Hashable {
     /// Budgets and timeouts above a day are clamped to it: nobody waits that long, and the
     /// scheduler's deadline arithmetic stays far from overflow.
     static let longestMs = 86_400_000
+    /// What `load` accepts, in every binding and in `fingerly-identify`'s flags alike: a caller
+    /// before a sensitive action waits minutes at most, and more probes at once than this only
+    /// contend for the same few files.
+    package static let budgetRangeMs = 1...600_000
+    package static let timeoutRangeMs = 1...600_000
+    package static let concurrencyRange = 1...64
 
     /// - Parameters:
     ///   - budgetMs: the whole collection's wall-clock bound.
@@ -81,6 +87,9 @@ public struct SubmissionOptions: Sendable, Hashable {
     /// A queued report older than this is dropped: it must stay below the server's 24 h
     /// idempotency-key lifetime, or a late resend could be counted twice.
     public var outboxMaxAgeSeconds: Int
+
+    /// The longest overall deadline `load` accepts, as `--deadline-ms` does.
+    package static let deadlineRangeMs = 1...600_000
 
     /// - Parameters: see the properties; the defaults are the reference SDK's figures.
     public init(attempts: Int = 3, baseDelayMs: Int = 500, maxDelayMs: Int = 8_000, deadlineMs: Int = 20_000,

@@ -74,6 +74,12 @@ enum StateDirectory {
     /// consent record, the local store and the outbox's items written by nobody else.
     /// Only trust is judged here: a directory this user cannot reach is left to whoever uses it.
     package static func untrustedState(_ directory: String) -> String? {
+        // A link another user owns is theirs to point elsewhere between runs (in a sticky or shared
+        // parent): the directory it names today proves nothing about tomorrow's.
+        var link = stat()
+        if lstat(directory, &link) == 0, link.st_mode & S_IFMT == S_IFLNK, link.st_uid != geteuid(), link.st_uid != 0 {
+            return "\(directory): a symbolic link owned by uid \(link.st_uid), not by this user"
+        }
         let directoryFd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directoryFd >= 0 else { return nil }
         defer { close(directoryFd) }

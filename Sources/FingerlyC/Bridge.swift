@@ -35,6 +35,10 @@ struct CallFailure: Error {
                       retryable: transport.retryable, message: transport.description)
         case FingerlyError.invalidConfiguration(let field, let reason):
             self.init(kind: Self.configurationKind, message: "\(CConfiguration.member(forField: field)): \(reason)")
+        case FingerlyError.localStore:
+            // The state directory's store is what the caller can act on (the CLI's reset removes
+            // it), so it comes as that argument's error, not an internal one.
+            self.init(kind: Self.configurationKind, message: "stateDirectory: \(error)")
         default:
             self.init(kind: Self.internalKind, message: "internal error: \(error)")
         }

@@ -202,6 +202,12 @@ struct CConfiguration: Decodable {
         // Before the instance exists, so none starts its background work on a refused configuration.
         // A relative path or one with a NUL is left to Fingerly.load, which names the problem.
         func checkable(_ path: String) -> Bool { path.hasPrefix("/") && !path.utf8.contains(0) }
+        // Trust first, as every command of the CLI judges it: another user's writable directory is
+        // refused for what it is, not merely called unusable.
+        if let stateDirectory, checkable(stateDirectory),
+           let problem = FingerlyOptions.untrustedStateDirectory(stateDirectory) {
+            throw CallFailure.configuration("stateDirectory: " + BoundedText.bounded(problem, limit: 400))
+        }
         if let stateDirectory, checkable(stateDirectory), let problem = Fingerly.stateDirectoryProblem(stateDirectory) {
             throw CallFailure.configuration("stateDirectory: cannot be used: "
                                             + BoundedText.bounded(problem, limit: 200))

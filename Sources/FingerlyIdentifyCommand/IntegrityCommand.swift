@@ -38,7 +38,10 @@ struct IntegrityCommand {
         if case .failure(let code) = StateCommands.operatorConsent(directory, io) { return code }
         var result: IntegrityResult
         do {
-            let fingerly = try await Fingerly.load(apiKey: nil, schedule: ScheduleOptions(concurrency: concurrency), consent: .granted)
+            // The directory checked above, not the library's own default from the environment.
+            let fingerly = try await Fingerly.load(apiKey: nil, schedule: ScheduleOptions(concurrency: concurrency),
+                                                   consent: .granted,
+                                                   options: FingerlyOptions(stateDirectory: directory))
             result = try await fingerly.checkIntegrity(tiers: tiers)
             if let repeatCount {
                 let clock = ContinuousClock()

@@ -203,6 +203,10 @@ package enum FingerlyServerCommand {
             io.standardError("fingerly-server: migrate needs a non-empty --db\n")
             return .usage
         }
+        if let problem = databaseSpellingProblem(database) {
+            io.standardError("fingerly-server: cannot migrate \(databaseLabel(database)): \(problem)\n")
+            return .configuration
+        }
         let store: any IdentityStore
         do { store = try openStore(path: database) } catch {
             io.standardError("fingerly-server: cannot migrate \(databaseLabel(database)): \(error.message)\n")
@@ -239,6 +243,10 @@ package enum FingerlyServerCommand {
         pthread_sigmask(SIG_BLOCK, &signals, nil)
         keepFreedMemoryForReuse()
 
+        if let problem = databaseSpellingProblem(configuration.database) {
+            io.standardError("fingerly-server: cannot open the database \(databaseLabel(configuration.database)): \(problem)\n")
+            return .configuration
+        }
         let store: any IdentityStore
         do { store = try openStore(path: configuration.database, serving: true) } catch {
             io.standardError("fingerly-server: cannot open the database \(databaseLabel(configuration.database)): \(error.message)\n")

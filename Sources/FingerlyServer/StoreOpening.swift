@@ -5,17 +5,32 @@ import FingerlyStore
 /// else a SQLite path. Both apply pending migrations on opening and refuse a newer schema.
 /// `serve` checkpoints SQLite from a thread of its own.
 func openStore(path: String, serving: Bool = false) throws(StoreError) -> any IdentityStore {
+    if let problem = databaseSpellingProblem(path) { throw StoreError(problem) }
     if PostgresStore.isURL(path) {
         return try PostgresStore(url: path)
-    }
-    // A URL of another spelling (POSTGRES://, pgsql://, one slash) or a libpq keyword string is a
-    // mistake, not a file to create named after its password.
-    if path.contains(":/") || keywordPairs(path) {
-        throw StoreError("it is neither a SQLite path nor a URL that starts postgres:// or postgresql:// (lower case)")
     }
     var options = SQLiteStore.Options()
     options.backgroundCheckpoints = serving
     return try SQLiteStore(path: path, options: options)
+}
+
+/// Why `path` can never name a database, nil when it may: a setting to correct (exit 78), not an
+/// outage to retry. A URL of another spelling (POSTGRES://, pgsql://, one slash) or a libpq keyword
+/// string is a mistake, not a file to create named after its password; an "@" left unencoded in
+/// a URL's password makes libpq read the password's tail as the host and quote it in its error.
+func databaseSpellingProblem(_ path: String) -> String? {
+    if PostgresStore.isURL(path) {
+        let afterScheme = path[path.range(of: "://")!.upperBound...]
+        let authority = afterScheme.prefix { $0 != "/" && $0 != "?" }
+        guard authority.filter({ $0 == "@" }).count <= 1 else {
+            return "its user information holds more than one '@': write an '@' of the password as %40"
+        }
+        return nil
+    }
+    if path.contains(":/") || keywordPairs(path) {
+        return "it is neither a SQLite path nor a URL that starts postgres:// or postgresql:// (lower case)"
+    }
+    return nil
 }
 
 /// Waits for a running transaction, then closes the database (SQLite's WAL is checkpointed).

@@ -131,4 +131,22 @@ import Testing
         #expect(show.status == 65 && show.standardError.contains("no local event"),
                 "\(show.status) \(show.standardError)")
     }
+
+    /// A host program may keep one instance for weeks: its store is purged hourly as the server's
+    /// is, not only when it was first opened.
+    @Test func aLongLivedInstancePurgesItsStoreHourly() async throws {
+        let state = try Self.state("hourly")
+        let fingerly = try Fingerly.loadBlocking(apiKey: nil, schedule: ScheduleOptions(tiers: [.fast]), consent: .granted,
+                                                 options: FingerlyOptions(root: Self.root, stateDirectory: state))
+        let first = try #require(try await fingerly.identify().requestId)
+        let eventAge = (Retention.defaultEventDays + 1) * 86_400
+        try Self.sqlite(state, "UPDATE events SET received_at = \(Int(time(nil)) - eventAge)")
+        let second = try #require(try await fingerly.identify().requestId)
+        // Within the hour of the last pass: the aged event is still there.
+        #expect(try Self.sqlite(state, "SELECT count(*) FROM events") == "2\n")
+        fingerly.localPurgedAt.withLock { $0 -= Fingerly.localPurgeIntervalSeconds }
+        let third = try #require(try await fingerly.identify().requestId)
+        let events = Set(try Self.sqlite(state, "SELECT request_id FROM events").split(separator: "\n").map(String.init))
+        #expect(events == [second, third], "\(events), first \(first)")
+    }
 }

@@ -419,7 +419,9 @@ struct SmallerServerHardeningTests {
                        // Nearly right: neither a SQLite file named after the password nor the value printed.
                        "POSTGRES://app:S3crPassw0rd@127.0.0.1:1/fingerly", " postgres://app:S3crPassw0rd@127.0.0.1:1/x",
                        "postgres:/app:S3crPassw0rd@127.0.0.1:1/x", "pgsql://app:S3crPassw0rd@127.0.0.1:1/x",
-                       "\"postgres://app:S3crPassw0rd@127.0.0.1:1/x", "host=127.0.0.1 port=1 password=S3crPassw0rd"]
+                       "\"postgres://app:S3crPassw0rd@127.0.0.1:1/x", "host=127.0.0.1 port=1 password=S3crPassw0rd",
+                       // An unencoded "@" in the password: libpq would quote its tail as the host.
+                       "postgres://app:S3cr@Passw0rd@127.0.0.1:1/fingerly"]
 
     static func leaks(_ text: String) -> Bool {
         ["S3cr", "Passw0rd", "S3crAPassw0rd"].contains { text.contains($0) }
@@ -433,6 +435,17 @@ struct SmallerServerHardeningTests {
                 #expect(run.status != 0)
                 #expect(!Self.leaks(run.standardOutput + run.standardError), "\(arguments[0]): \(run.standardError)")
                 #expect(!run.standardError.isEmpty)
+            }
+        }
+    }
+
+    /// A database setting that can never work is one to correct, not an outage the unit would
+    /// restart every two seconds: 78, as for every other bad setting.
+    @Test func aDatabaseSettingThatCanNeverWorkExits78() throws {
+        for url in Self.urls.suffix(7) {
+            for arguments in [["migrate", "--db", url], ["serve", "--listen", "127.0.0.1:0", "--db", url]] {
+                let run = try runServerCLI(arguments)
+                #expect(run.status == 78, "\(arguments[0]) \(url): \(run.status) \(run.standardError)")
             }
         }
     }

@@ -83,6 +83,23 @@ import Testing
         #expect(Self.names(state) == [DeviceKey.fileName], "\(Self.names(state))")
     }
 
+    /// A link another user owns could be pointed elsewhere between runs: refused though the
+    /// directory it names today is this user's and private.
+    @Test func aStateDirectoryReachedThroughAnotherUsersLinkIsRefused() throws {
+        let scratch = try TestPaths.temporaryDirectory("trust-link")
+        let real = scratch + "/real"
+        try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o700])
+        let link = scratch + "/link"
+        try #require(symlink(real, link) == 0 && lchown(link, 1234, 1234) == 0)
+        let run = try runCLI(["--no-submit", "--root", SubmissionCLITests.fixture, "--tiers", "fast"],
+                             environment: ProcessInfo.processInfo.environment.merging(["FINGERLY_STATE_DIR": link]) { $1 },
+                             removing: ["FINGERLY_API_KEY"])
+        #expect(run.status == 78, "\(run.status): \(run.standardError)")
+        #expect(run.standardError.contains("\(link): a symbolic link owned by uid 1234"), "\(run.standardError)")
+        #expect(Self.names(real).isEmpty, "\(Self.names(real))")
+    }
+
     @Test func theSwiftLibraryRefusesTheSameDirectoryAtLoad() throws {
         let state = try Self.openStateDirectory("swift")
         do {

@@ -167,6 +167,13 @@ def test_a_402_and_a_503_are_transport_errors_with_their_status(tmp_path, status
     ({"policy_path": "relative.json"}, "policy_path", "policy_path: invalid policy"),
     ({"endpoint": "ftp://example.com"}, "endpoint", "endpoint: the scheme must be https or http"),
     ({"ignore": 5}, "ignore", "ignore: must be a list of strings, got int"),
+    ({"ignore": "foo.bar"}, "ignore", "ignore: unknown attribute(s) to ignore: foo.bar"),
+    ({"budget_ms": float("nan")}, "budget_ms", "budget_ms: must be an integer, got nan"),
+    ({"deadline_ms": float("inf")}, "deadline_ms", "deadline_ms: must be an integer, got inf"),
+    ({"budget_ms": 600_001}, "budget_ms", "budget_ms: must be at most 600000, got 600001"),
+    ({"concurrency": 100_000}, "concurrency", "concurrency: must be at most 64, got 100000"),
+    ({"default_source_timeout_ms": 10**9}, "default_source_timeout_ms", "default_source_timeout_ms: must be at most"),
+    ({"state_directory": "/tmp/\udc80"}, "state_directory", "state_directory: '/tmp/\\udc80' is not valid Unicode"),
 ])
 def test_configuration_errors_name_the_python_argument_not_a_field_of_the_library(arguments, argument, text):
     with pytest.raises(fingerly.ConfigurationError) as raised:
@@ -198,7 +205,7 @@ def test_a_state_directory_that_cannot_be_used_is_refused_and_checking_one_leave
     open_to_all.mkdir()
     open_to_all.chmod(0o777)
     with pytest.raises(fingerly.ConfigurationError,
-                       match="^state_directory: cannot be used: .*writable by another user"):
+                       match="^state_directory: .*writable by another user \\(mode 777\\)"):
         fingerly.load(state_directory=str(open_to_all))
     # Made when a run needs it, not by the check: an instance that never keeps state writes nothing.
     fresh = tmp_path / "made" / "here"

@@ -6,6 +6,7 @@
 """
 import ctypes
 import json
+import math
 
 from . import _native
 from ._types import FlushResult, IdentifyResult, IntegrityResult, IntegrityVerdicts, Reason, Trigger, Verdict, Verdicts
@@ -99,10 +100,22 @@ def _tier_bits(tiers):
     return bits
 
 
+def _check_text(argument, value):
+    """A text argument the library can take: a string of Unicode scalars (a lone surrogate, as
+    os.fsdecode makes of undecodable bytes, has no UTF-8 form)."""
+    if value is None or not isinstance(value, str):
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"{argument}: {value!r} is not valid Unicode text", argument=argument) from None
+
+
 def _text(value, argument):
     if value is None:
         return None
     text = str(value)
+    _check_text(argument, text)
     # A C string ends at its first NUL: "granted\0x" would arrive as "granted", a tag cut short.
     if "\0" in text:
         raise ConfigurationError(f"{argument}: {text!r} contains a NUL character", argument=argument)
@@ -116,7 +129,7 @@ class Fingerly:
     def __init__(self, config):
         self._handle = ctypes.c_void_p()
         error = _native.Error()
-        if _native.load(json.dumps(config).encode("utf-8"), ctypes.byref(self._handle), ctypes.byref(error)) != 0:
+        if _native.load(json.dumps(config, allow_nan=False).encode("utf-8"), ctypes.byref(self._handle), ctypes.byref(error)) != 0:
             _raise(error)
 
     def close(self):
@@ -192,10 +205,24 @@ def load(api_key=None, endpoint="", budget_ms=1200, consent="granted", tiers=("f
         tiers = (tiers,)
     if isinstance(pins, str):
         pins = (pins,)
+    if isinstance(ignore, str):
+        ignore = (ignore,)
     for argument, value in (("tiers", tiers), ("ignore", ignore), ("pins", pins)):
         if isinstance(value, (bytes, dict)) or not hasattr(value, "__iter__"):
             raise ConfigurationError(f"{argument}: must be a list of strings, got {type(value).__name__}",
                                      argument=argument)
+    texts = [("api_key", api_key), ("endpoint", endpoint), ("consent", consent), ("state_directory", state_directory),
+             ("root", root), ("policy_path", policy_path), ("ca_file", ca_file)]
+    texts += [(argument, item) for argument, items in (("tiers", tiers), ("ignore", ignore), ("pins", pins))
+              for item in items]
+    for argument, value in texts:
+        _check_text(argument, value)
+    numbers = [("budget_ms", budget_ms), ("attempts", attempts), ("deadline_ms", deadline_ms),
+               ("attempt_timeout_ms", attempt_timeout_ms), *schedule.items()]
+    for argument, value in numbers:
+        # JSON has no NaN or infinity: without this the library would name its own member.
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigurationError(f"{argument}: must be an integer, got {value!r}", argument=argument)
     config = {"apiKey": api_key, "endpoint": endpoint, "consent": consent,
               "schedule": {"budgetMs": budget_ms, "tiers": list(tiers),
                            **{names[key]: value for key, value in schedule.items()}},
