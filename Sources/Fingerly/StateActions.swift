@@ -184,7 +184,10 @@ extension Fingerly {
                     }
                     return .delivered
                 case .rejected(let status, let code, _):
-                    let error = TransportError(message: Self.rejectionMessage(status: status, code: code), status: status, retryable: false, code: code)
+                    let error = status == 407
+                        ? Self.interceptingProxyError(destination)
+                        : TransportError(message: Self.rejectionMessage(status: status, code: code), status: status,
+                                         retryable: false, code: code)
                     lastError = error
                     // Only these blame the report itself; a refused key, a wrong address (3xx,
                     // 404, 405, 501) or another server's answer keeps it for a later flush.

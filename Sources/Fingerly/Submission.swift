@@ -214,6 +214,10 @@ extension Fingerly {
             }
         case .rejected(let status, let code, _) where Self.blamesReportOrKey(status):
             return (local(), TransportError(message: Self.rejectionMessage(status: status, code: code), status: status, retryable: false, code: code))
+        case .rejected(407, _, _):
+            // The API does not send 407: a proxy between this host and it (one no variable names,
+            // intercepting) asks for credentials. Only whoever configures this host can mend that.
+            return (local(), Self.interceptingProxyError(APIAddress(endpoint: endpoint).identifyURL))
         case .rejected(let status, let code, _):
             // A redirect, a 404 or a 501 says the address is wrong, not the report: keep it for a flush.
             return queue("HTTP \(status)\(code.map { " (\($0))" } ?? "") from \(APIAddress(endpoint: endpoint).identifyURL)",
@@ -306,6 +310,13 @@ extension Fingerly {
         }
     }
 
+    /// A 407 in the API's place: a proxy no variable names stands between this host and the API.
+    static func interceptingProxyError(_ url: String) -> TransportError {
+        TransportError(message: "HTTP 407 Proxy Authentication Required from \(url): a proxy between this host and the "
+                           + "API asks for credentials; name it, with them, in HTTPS_PROXY",
+                       status: 407, retryable: false, code: TransportError.proxyAuthenticationCode)
+    }
+
     static func rejectionMessage(status: Int, code: String?) -> String {
         let said = code.map { " (\($0))" } ?? ""
         switch status {
@@ -326,7 +337,7 @@ extension Fingerly {
         case .pinMismatch: return "pin_mismatch"
         case .responseTooLarge: return "response_too_large"
         case .invalidRequest: return "invalid_request"
-        case .proxyRefused(_, 407): return TransportError.proxyAuthenticationCode
+        case .proxyRefused(_, 407), .proxyCredentialsRefused: return TransportError.proxyAuthenticationCode
         case .proxyRefused: return "proxy_refused"
         }
     }

@@ -78,6 +78,8 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
     case invalidRequest(String)
     /// The proxy answered CONNECT with `status` instead of opening the tunnel.
     case proxyRefused(ProxyEndpoint, status: Int)
+    /// A SOCKS proxy refused the credentials of its variable, or asked for some it does not hold.
+    case proxyCredentialsRefused(ProxyEndpoint)
 
     package var isRetryable: Bool {
         switch self {
@@ -88,6 +90,7 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
         // 407 asks for credentials the proxy variable does not hold, or refuses the ones it does:
         // only the person who set it can mend that. A proxy's 502 or 503 may pass.
         case .proxyRefused(_, let status): return status != 407
+        case .proxyCredentialsRefused: return false
         }
     }
 
@@ -104,6 +107,9 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
                 + "the credentials in \(proxy.variable) are missing or refused"
         case .proxyRefused(let proxy, let status):
             return "the proxy \(proxy) (from \(proxy.variable)) answered HTTP \(status) instead of opening a tunnel"
+        case .proxyCredentialsRefused(let proxy):
+            return "the proxy \(proxy) (from \(proxy.variable)) refused to connect without other credentials: "
+                + "the credentials in \(proxy.variable) are missing or refused"
         }
     }
 }
@@ -198,6 +204,13 @@ package enum HTTPClient {
                fingerly_curl_getinfo_long(handle, CURLINFO_HTTP_CONNECTCODE, &connectStatus) == CURLE_OK,
                (300...999).contains(connectStatus) {
                 return .failure(.proxyRefused(proxy, status: connectStatus))
+            }
+            // A SOCKS proxy has no status: curl names what went wrong in the handshake instead.
+            var proxyError = 0
+            if let proxy = settings.proxy,
+               fingerly_curl_getinfo_long(handle, CURLINFO_PROXY_ERROR, &proxyError) == CURLE_OK,
+               [Int(CURLPX_USER_REJECTED.rawValue), Int(CURLPX_NO_AUTH.rawValue)].contains(proxyError) {
+                return .failure(.proxyCredentialsRefused(proxy))
             }
             return .failure(classify(code))
         }

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 import Testing
 @testable import Fingerly
 @testable import FingerlyTransport
@@ -60,6 +61,50 @@ import Testing
         #expect(proxy.connectTargets.count == 3, "\(proxy.connectTargets)")
         #expect(run.standardError.contains("the proxy http://127.0.0.1:\(proxy.port) (from HTTPS_PROXY) answered HTTP 502"),
                 "\(run.standardError)")
+        #expect(SubmissionCLITests.itemFiles(state).count == 1)
+    }
+
+    /// A SOCKS5 proxy has no status to answer: it refuses the username and password of its
+    /// variable in the handshake (RFC 1929), which is the same configuration to fix.
+    @Test func aSOCKSProxyRefusingItsCredentialsGetsOneAttemptAndAConfigurationError() throws {
+        let handshakes = Mutex(0)
+        let proxy = try LoopbackServer { client, _ in
+            handshakes.withLock { $0 += 1 }
+            var greeting = [UInt8](repeating: 0, count: 257)
+            guard recv(client, &greeting, greeting.count, 0) >= 3 else { return }
+            SocketIO.sendAll(client, [5, 2])  // version 5, username and password
+            var authentication = [UInt8](repeating: 0, count: 513)
+            guard recv(client, &authentication, authentication.count, 0) > 0 else { return }
+            SocketIO.sendAll(client, [1, 1])  // refused
+        }
+        let state = try SubmissionCLITests.freshState("proxy-socks")
+        var environment = SubmissionCLITests.environment(state: state)
+        environment["HTTPS_PROXY"] = "socks5h://fingerly:hunter2@127.0.0.1:\(proxy.port)"
+        let run = try runCLI(SubmissionCLITests.identifyArguments("https://127.0.0.1:9", attempts: 3), environment: environment)
+        #expect(run.status == 78, "\(run.status): \(run.standardError)")
+        #expect(handshakes.withLock { $0 } == 1)
+        #expect(run.standardError.contains("the proxy socks5h://127.0.0.1:\(proxy.port) (from HTTPS_PROXY) refused"),
+                "\(run.standardError)")
+        #expect(!run.standardError.contains("hunter2") && SubmissionCLITests.itemFiles(state).isEmpty,
+                "\(run.standardError)")
+    }
+
+    /// The API never answers 407: a proxy no variable names intercepts the connection. One
+    /// attempt, 78, nothing queued; a queued report meeting it on a flush stays queued.
+    @Test func aProxyInterceptingTheAPIAskingForCredentialsIsAConfigurationError() throws {
+        let challenge = FaultServer.Reply.status(407, [("Proxy-Authenticate", "Basic realm=\"corp\"")], body: "")
+        let server = try FaultServer([challenge, challenge, challenge])
+        let state = try SubmissionCLITests.freshState("proxy-intercepting")
+        let environment = SubmissionCLITests.environment(state: state)
+        let run = try runCLI(SubmissionCLITests.identifyArguments(server.url, attempts: 3), environment: environment)
+        #expect(run.status == 78, "\(run.status): \(run.standardError)")
+        #expect(server.requests.count == 1)
+        #expect(run.standardError.contains("HTTP 407 Proxy Authentication Required from")
+                && run.standardError.contains("HTTPS_PROXY"), "\(run.standardError)")
+        #expect(SubmissionCLITests.itemFiles(state).isEmpty)
+        _ = try SubmissionCLITests.queueOne(state: state)
+        let flush = try runCLI(SubmissionCLITests.flushArguments(server.url), environment: environment)
+        #expect(flush.status == 78, "\(flush.status): \(flush.standardError)")
         #expect(SubmissionCLITests.itemFiles(state).count == 1)
     }
 }
