@@ -156,9 +156,9 @@ public final class Fingerly: Sendable {
         _ = DetectionTables.embedded
         let submission = options.submission
         guard (1...10).contains(submission.attempts) else { throw invalid("options.submission.attempts", "must be 1 to 10, got \(submission.attempts)") }
-        guard submission.deadlineMs <= SubmissionOptions.deadlineRangeMs.upperBound else {
-            throw invalid("options.submission.deadlineMs",
-                          "must be at most \(SubmissionOptions.deadlineRangeMs.upperBound), got \(submission.deadlineMs)")
+        let longestDeadlineMs = SubmissionOptions.deadlineRangeMs.upperBound
+        guard submission.deadlineMs <= longestDeadlineMs else {
+            throw invalid("options.submission.deadlineMs", "must be at most \(longestDeadlineMs), got \(submission.deadlineMs)")
         }
         for (field, value) in [("baseDelayMs", submission.baseDelayMs), ("maxDelayMs", submission.maxDelayMs),
                                ("retryAfterCapMs", submission.retryAfterCapMs), ("rateLimitPauseMs", submission.rateLimitPauseMs)] {

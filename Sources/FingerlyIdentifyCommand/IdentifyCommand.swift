@@ -56,9 +56,15 @@ struct IdentifyCommand {
         connection = try SubmissionArguments(arguments, environment: environment)
         if let names = arguments.list("tiers") { tiers = try Self.parseTiers(names) }
         schedule.tiers = tiers
-        if let budget = try arguments.integer("budget-ms", in: ScheduleOptions.budgetRangeMs) { schedule.budgetMs = budget }
-        if let concurrency = try arguments.integer("concurrency", in: ScheduleOptions.concurrencyRange) { schedule.concurrency = concurrency }
-        if let timeout = try arguments.integer("timeout-ms", in: ScheduleOptions.timeoutRangeMs) { schedule.defaultSourceTimeoutMs = timeout }
+        if let budget = try arguments.integer("budget-ms", in: ScheduleOptions.budgetRangeMs) {
+            schedule.budgetMs = budget
+        }
+        if let concurrency = try arguments.integer("concurrency", in: ScheduleOptions.concurrencyRange) {
+            schedule.concurrency = concurrency
+        }
+        if let timeout = try arguments.integer("timeout-ms", in: ScheduleOptions.timeoutRangeMs) {
+            schedule.defaultSourceTimeoutMs = timeout
+        }
         schedule.sourceTimeoutOverrideMs = try arguments.integer("probe-timeout-ms", in: ScheduleOptions.timeoutRangeMs)
         tag = arguments["tag"]
         if let root = arguments["root"] {

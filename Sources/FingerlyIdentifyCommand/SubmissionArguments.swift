@@ -73,7 +73,9 @@ struct SubmissionArguments {
         }
         if let attempts = try arguments.integer("attempts", in: 1...10) { submission.attempts = attempts }
         if let delay = try arguments.integer("retry-delay-ms", in: 0...60_000) { submission.baseDelayMs = delay }
-        if let deadline = try arguments.integer("deadline-ms", in: SubmissionOptions.deadlineRangeMs) { submission.deadlineMs = deadline }
+        if let deadline = try arguments.integer("deadline-ms", in: SubmissionOptions.deadlineRangeMs) {
+            submission.deadlineMs = deadline
+        }
     }
 
     /// A state directory the user named must be usable: refused (exit 64, naming where it came

@@ -244,7 +244,8 @@ package enum FingerlyServerCommand {
         keepFreedMemoryForReuse()
 
         if let problem = databaseSpellingProblem(configuration.database) {
-            io.standardError("fingerly-server: cannot open the database \(databaseLabel(configuration.database)): \(problem)\n")
+            let label = databaseLabel(configuration.database)
+            io.standardError("fingerly-server: cannot open the database \(label): \(problem)\n")
             return .configuration
         }
         let store: any IdentityStore
