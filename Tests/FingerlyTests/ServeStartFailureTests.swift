@@ -26,23 +26,9 @@ import Glibc
 
     @Test func anAddressInUseExits69WithAMessage() throws {
         let database = try Self.database("serve-address-in-use")
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #expect(socket >= 0)
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        #expect(bound == 0 && listen(socket, 1) == 0)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
-        }
-        let port = UInt16(bigEndian: address.sin_port)
+        let held = try HeldLoopbackPort(listening: true)
+        defer { withExtendedLifetime(held) {} }
+        let port = held.port
         let run = try runServerCLI(["serve", "--database", database, "--listen", "127.0.0.1:\(port)"])
         Self.expectCannotListen(run, on: "127.0.0.1:\(port)")
     }
@@ -145,20 +131,9 @@ import Glibc
 
     /// A port bound and not listened on answers a connection with a reset: closed, for certain.
     @Test func anUnreachablePostgreSQLExits69WithoutItsPassword() throws {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #expect(socket >= 0)
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0
-            }
-        }
-        #expect(bound)
-        let port = UInt16(bigEndian: address.sin_port)
+        let held = try HeldLoopbackPort()
+        defer { withExtendedLifetime(held) {} }
+        let port = held.port
         let url = "postgresql://fingerly:hunter2secret@127.0.0.1:\(port)/fingerly?connect_timeout=5"
         let run = try runServerCLI(["serve", "--database", url, "--listen", "127.0.0.1:0"])
         Self.expectRefused(run, status: 69,

@@ -50,20 +50,7 @@ import Testing
 
     /// A loopback URL nobody listens on: a port the kernel handed out, then closed.
     static func closedPort() throws -> String {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(descriptor >= 0)
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(descriptor, pointer, length) == 0 && getsockname(descriptor, pointer, &length) == 0
-            }
-        }
-        try #require(bound)
-        return "http://127.0.0.1:\(UInt16(bigEndian: address.sin_port))"
+        "http://127.0.0.1:\(try HeldLoopbackPort().port)"
     }
 
     static func outboxPath(_ state: String) -> String { state + "/outbox" }

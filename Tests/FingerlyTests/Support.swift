@@ -7,6 +7,36 @@ import Testing
 @testable import FingerlyPolicy
 @testable import FingerlyProbes
 
+/// A loopback TCP port this process holds: bound and not listened on, connections to it are
+/// refused for as long as it is held, and no other test can take it meanwhile; listened on, it
+/// is an address in use.
+final class HeldLoopbackPort {
+    let descriptor: Int32
+    let port: UInt16
+
+    init(listening: Bool = false) throws {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { throw POSIXError(.EMFILE) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0
+            }
+        }
+        guard bound, !listening || listen(descriptor, 1) == 0 else {
+            close(descriptor)
+            throw POSIXError(.EADDRINUSE)
+        }
+        self.descriptor = descriptor
+        port = UInt16(bigEndian: address.sin_port)
+    }
+
+    deinit { close(descriptor) }
+}
+
 /// Paths the tests share.
 enum TestPaths {
     static let packageRoot: String = {

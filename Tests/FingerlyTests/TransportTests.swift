@@ -170,20 +170,10 @@ import Testing
 
     @Test func aClosedPortFailsRetryablyAfterEveryAttempt() throws {
         // Bound and never listening: connections are refused, and no other test can take the port meanwhile.
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0
-            }
-        }
-        try #require(bound)
+        let held = try HeldLoopbackPort()
+        defer { withExtendedLifetime(held) {} }
         let sleeps = Sleeps()
-        let report = Self.delivery(sleeps: sleeps).deliver(url: "http://127.0.0.1:\(UInt16(bigEndian: address.sin_port))/v1/identify",
+        let report = Self.delivery(sleeps: sleeps).deliver(url: "http://127.0.0.1:\(held.port)/v1/identify",
                                                            body: Self.body, environment: [:], headers: Self.headers)
         guard case .exhausted(.failure(.network(let detail)), .attempts) = report.outcome else {
             Issue.record("\(report.outcome)")
