@@ -29,7 +29,9 @@ public enum SignalValue: Sendable, Hashable, Codable, CustomStringConvertible {
             throw DecodingError.dataCorruptedError(in: container, debugDescription:
                 "null: a signal is a boolean, an integer, a string or an array of strings")
         } else {
-            self = .strings(try container.decode([String].self))
+            // An object, an array of other than strings, or a number no Double holds (1e400).
+            throw DecodingError.dataCorruptedError(in: container, debugDescription:
+                "not a boolean, a 64-bit integer, a string or an array of strings")
         }
     }
 

@@ -84,7 +84,9 @@ package struct OutOfRangeInteger: Error, Sendable, Hashable {
     static let integerPaths = [["report", "schemaVersion"], ["report", "budgetMs"],
                                ["report", "identity", "hardwareIdVersion"], ["report", "identity", "instanceIdVersion"]]
 
-    /// The first integer member of `body` past Int's range; nil when none is, or `body` is not JSON.
+    /// The first integer member of `body` past Int's range (the report's own first, then any
+    /// number of the document past it or past a Double's, as `1e400`); nil when none is, or
+    /// `body` is not JSON.
     static func find(in body: [UInt8]) -> OutOfRangeInteger? {
         guard let document = try? JSONParser.parse(body) else { return nil }
         for path in integerPaths {
@@ -99,7 +101,29 @@ package struct OutOfRangeInteger: Error, Sendable, Hashable {
                 return OutOfRangeInteger(path: path.joined(separator: "."))
             }
         }
-        return nil
+        return pastRange(in: document, at: "")
+    }
+
+    /// A number of `value` that no 64-bit integer or finite Double holds, named by its path.
+    static func pastRange(in value: JSONValue, at path: String) -> OutOfRangeInteger? {
+        switch value {
+        case .number(let number):
+            let past = !number.isFinite || (number.rounded() == number && abs(number) >= 9_223_372_036_854_775_808)
+            return past ? OutOfRangeInteger(path: path) : nil
+        case .array(let items):
+            for (index, item) in items.enumerated() {
+                if let found = pastRange(in: item, at: "\(path)[\(index)]") { return found }
+            }
+            return nil
+        case .object(let members):
+            // Sorted, so the member named does not depend on the dictionary's order.
+            for name in members.keys.sorted() {
+                if let found = pastRange(in: members[name]!, at: path.isEmpty ? name : "\(path).\(name)") { return found }
+            }
+            return nil
+        case .null, .bool, .string:
+            return nil
+        }
     }
 }
 

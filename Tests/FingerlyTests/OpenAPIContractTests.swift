@@ -154,18 +154,24 @@ struct OpenAPIContractTests {
         }
         var messages: [Int: String] = [:]
         for budget in ["9223372036854775807", "-9223372036854775808", "9223372036854775808", "-9223372036854775809",
-                       "1e2"] {
-            if budget.hasSuffix("9") || budget == "9223372036854775808" {
+                       "1e2", "1e400"] {
+            if budget.hasSuffix("9") || budget == "9223372036854775808" || budget == "1e400" {
                 messages[variants.count] = "'report.budgetMs' is out of range"
             }
             variants.append(try with(#""budgetMs":1200"#, #""budgetMs":\#(budget)"#))
         }
-        for signal in ["18446744073709551616", "-9223372036854775809", "1.5", "null", "2.0", "[]"] {
+        for signal in ["18446744073709551616", "-9223372036854775809", "1.5", "null", "2.0", "[]", "1e400", "{}"] {
             if signal.count > 18 {
                 messages[variants.count] = "signals.dmi.chassis_type' is invalid: an integer out of range"
             }
+            if signal == "1e400" || signal == "{}" {
+                messages[variants.count] = "signals.dmi.chassis_type' is invalid: not a boolean, a 64-bit integer"
+            }
             variants.append(try with(#""dmi.chassis_type":1"#, #""dmi.chassis_type":\#(signal)"#))
         }
+        // A number no Double holds, where no signal reader names it: the member is named all the same.
+        messages[variants.count] = "elapsedMs' is out of range"
+        variants.append(try with(#""elapsedMs":2.46"#, #""elapsedMs":1e400"#))
         variants.append(try with(#""tag":"checkout""#, #""tag":null"#))
         variants.append(try with(#""freeText":"fingerprint""#, #""freeText":null,"prefetchedAgeMs":null"#))
         variants.append(try with(#""name":"dmi-model""#, #""name":"""#))
