@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import FingerlyHost
 
 /// systemd's readiness protocol (sd_notify(3)) without libsystemd: when the service manager sets
 /// `NOTIFY_SOCKET`, one datagram per state change goes to that AF_UNIX socket, a path or, written
@@ -38,20 +39,20 @@ package struct ServiceNotification: Sendable {
         let sent = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
                 payload.withUnsafeBytes { bytes in
-                    var result: Int
-                    repeat {
-                        result = sendto(descriptor, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL),
-                                        socketAddress, length)
-                    } while result < 0 && errno == EINTR
-                    return result
+                    retryingOnInterrupt {
+                        sendto(descriptor, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL), socketAddress, length)
+                    }
                 }
             }
         }
-        guard sent == payload.count else { throw Self.failure("sendto") }
+        switch sent {
+        case .success(let count) where count == payload.count: return
+        case .success: throw Self.failure("sendto", "the datagram was cut short")
+        case .failure(let error): throw Self.failure("sendto", error.description)
+        }
     }
 
-    private static func failure(_ call: String) -> ConfigurationError {
-        let reason = String(cString: strerror(errno))
-        return ConfigurationError("cannot notify the service manager (\(call)): \(reason)", exit: .unavailable)
+    private static func failure(_ call: String, _ reason: String = SystemError(errno).description) -> ConfigurationError {
+        ConfigurationError("cannot notify the service manager (\(call)): \(reason)", exit: .unavailable)
     }
 }
