@@ -18,10 +18,10 @@ package struct ProcessMapsProbe: Probe {
         let patterns = context.tables.patterns("mappingMarkers").map { ($0.pattern.lowercased(), $0.kind) }
         for path in Self.mappedFiles(regions).sorted() {
             let lowered = path.lowercased()
-            if let marker = patterns.first(where: { lowered.contains($0.0) }) { markers.append("\(marker.1): \(path)") }
+            if let marker = patterns.first(where: { lowered.containsUTF8($0.0) }) { markers.append("\(marker.1): \(path)") }
         }
         context.emit("process.mapped_tool_markers", markers)
-        let memfd = regions.filter { $0.permissions.contains("x") && $0.path.hasPrefix("/memfd:") }.map(\.path)
+        let memfd = regions.filter { $0.permissions.utf8.contains(UInt8(ascii: "x")) && $0.path.hasPrefix("/memfd:") }.map(\.path)
         context.emit("process.executable_memfd_mappings", Array(Set(memfd)).sorted())
 
         // A shared object mapped by hand (mmap of a .so, a manual loader) never shows in the
@@ -41,7 +41,7 @@ package struct ProcessMapsProbe: Probe {
             }
         }
         var unloaded: [String] = []
-        for region in regions where region.path.hasPrefix("/") && region.path.split(separator: "/").last?.contains(".so") == true {
+        for region in regions where region.path.hasPrefix("/") && Self.fileName(region.path).containsUTF8(".so") {
             guard let identity = region.identity, !known.contains(identity), !unloaded.contains(region.path),
                   !loaded.explains(region.path, soname: "", plugins: context.tables.strings("dlopenPlugins")) else { continue }
             unloaded.append(region.path)
@@ -104,6 +104,12 @@ package struct ProcessMapsProbe: Probe {
         let major = UInt64(device[0]), minor = UInt64(device[1])
         let encoded = ((major & 0xFFFF_F000) << 32) | ((major & 0xFFF) << 8) | ((minor & 0xFFFF_FF00) << 12) | (minor & 0xFF)
         return FileIdentity(device: encoded, inode: inode)
+    }
+
+    /// What follows the last "/", found on bytes: this runs for each of a Swift process's hundreds of regions.
+    static func fileName(_ path: String) -> Substring {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return Substring(path) }
+        return path[path.utf8.index(after: slash)...]
     }
 
     static func mappedFiles(_ regions: [Region]) -> Set<String> {
