@@ -85,7 +85,7 @@ package struct IdentifierHasher: Sendable {
     /// and "." components after the directory are skipped, so `/home//alice` and `/home/./alice`
     /// are reduced too.
     func personalPaths(_ text: String) -> String {
-        guard freeText == .fingerprint, Self.perUserDirectories.contains(where: { text.contains($0) }) else { return text }
+        guard freeText == .fingerprint, Self.perUserDirectories.contains(where: { text.containsUTF8($0) }) else { return text }
         var result = ""
         var rest = Substring(text)
         // One forward scan over the slashes: searching the whole rest for every marker on every

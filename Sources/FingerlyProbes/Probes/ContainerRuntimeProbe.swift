@@ -28,7 +28,7 @@ package struct ContainerRuntimeProbe: Probe {
             // "0::/" alone proves nothing: without systemd (runit, OpenRC, busybox init) every
             // process of a bare-metal host stays in the root cgroup and reads exactly that.
             if path == "/proc/self/cgroup" { readOwnCgroup = true }
-            for row in tables.patterns("cgroupMarkers") where cgroups.contains(row.pattern) && !cgroupKinds.contains(row.kind) {
+            for row in tables.patterns("cgroupMarkers") where cgroups.containsUTF8(row.pattern) && !cgroupKinds.contains(row.kind) {
                 cgroupKinds.append(row.kind)
             }
         }

@@ -30,7 +30,7 @@ package struct HypervisorMarkersProbe: Probe {
         context.emit("virt.xen_guest", xenInterfaces && !dom0)
 
         if let compatible = text("/proc/device-tree/hypervisor/compatible") {
-            let named = tables.patterns("deviceTreeHypervisors").first { compatible.contains($0.pattern) }?.kind
+            let named = tables.patterns("deviceTreeHypervisors").first { compatible.containsUTF8($0.pattern) }?.kind
             context.emit("virt.devicetree_kind", named ?? "vm-other")
         } else if host.exists("/proc/device-tree/ibm,partition-name"), host.exists("/proc/device-tree/hmc-managed?"),
                   !host.exists("/proc/device-tree/chosen/qemu,graphic-width") {
@@ -40,17 +40,17 @@ package struct HypervisorMarkersProbe: Probe {
                   nodes.contains(where: { $0.contains("fw-cfg") }) {
             context.emit("virt.devicetree_kind", "qemu")
         } else if let compatible = text("/proc/device-tree/compatible"),
-                  let kind = tables.patterns("deviceTreeCompatible").first(where: { compatible.contains($0.pattern) })?.kind {
+                  let kind = tables.patterns("deviceTreeCompatible").first(where: { compatible.containsUTF8($0.pattern) })?.kind {
             context.emit("virt.devicetree_kind", kind)
         }
 
         // Platform files, in order: the first that names something wins.
         var platform: String?
         if let sysinfo = text("/proc/sysinfo") {
-            for row in tables.patterns("sysinfo") where sysinfo.contains(row.pattern) { platform = row.kind; break }
+            for row in tables.patterns("sysinfo") where sysinfo.containsUTF8(row.pattern) { platform = row.kind; break }
         }
         if platform == nil, let cpuinfo = text("/proc/cpuinfo") {
-            for row in tables.patterns("cpuinfo") where cpuinfo.contains(row.pattern) { platform = row.kind; break }
+            for row in tables.patterns("cpuinfo") where cpuinfo.containsUTF8(row.pattern) { platform = row.kind; break }
         }
         if platform == nil, host.exists("/proc/ppc64/lparcfg") { platform = "powervm" }
         if platform == nil, host.exists("/dev/mdesc") { platform = "ldoms" }
