@@ -7,14 +7,19 @@ let packageDirectory = String(#filePath.dropLast("/Package.swift".count))
 // Layers, each a target so the compiler keeps them apart:
 //   FingerlyModel   the report's value types, the JSON reader; no I/O, no dependencies
 //   FingerlyHost    every read of the measured host, syscall wrappers, the C shims
-//   FingerlyProbes  the probes, their context, the catalogue and the detection tables
+//   FingerlyCatalogue  the probe catalogue, the detection tables and identity derivation; data, no device library
+//   FingerlyProbes  the probes and their context (libudev, libblkid)
 //   FingerlyPolicy  the policy, the verdict engine and the suspect score; bytes in, verdicts out
 //   FingerlyTransport  HTTP over libcurl, retries, signatures, the outbox; bytes in, bytes out
-//   FingerlyStore   the identity store interface and SQLite
+//   FingerlyStore   the identity store interface, its limits and the blob codec; no database library
+//   FingerlySQLiteStore  the store over SQLite (the local mode and the server)
+//   FingerlyPostgresStore  the store over libpq (the server alone)
 //   FingerlyEngine  visitor resolution, idempotency, scoring; shared by the server and the local mode
-//   FingerlyServer  fingerly-server: HTTP over libmicrohttpd in front of the engine
+//   FingerlyServer  fingerly-server: HTTP over libmicrohttpd in front of the engine, SQLite or PostgreSQL
 //   Fingerly        the scheduler and the SDK; the only public surface (with FingerlyModel)
-// FingerlyProbes cannot see FingerlyPolicy, and FingerlyPolicy cannot see FingerlyHost.
+// FingerlyProbes cannot see FingerlyPolicy, and FingerlyPolicy cannot see FingerlyHost. Only the server
+// reaches libpq and libmicrohttpd, and it never sees the probes: fingerly-identify and libfingerly.so
+// load neither.
 let package = Package(
     name: "Fingerly",
     products: [
@@ -54,8 +59,8 @@ let package = Package(
         .target(name: "FingerlyHost",
                 dependencies: ["CFingerlyCPUID", "CFingerlyIntegrity", "CFingerlyTLS", "CFingerlyNetDevice", "CFingerlyFiles"]),
         .target(
-            name: "FingerlyProbes",
-            dependencies: ["FingerlyModel", "FingerlyHost", "CCrypto", "CUdev", "CBlkid"],
+            name: "FingerlyCatalogue",
+            dependencies: ["FingerlyModel", "FingerlyHost", "CCrypto"],
             resources: [
                 // Symlinks to the top-level probes/ data, compiled into the binary so an
                 // installed copy never looks for the build tree.
@@ -63,6 +68,7 @@ let package = Package(
                 .embedInCode("Embedded/tables.json"),
             ]
         ),
+        .target(name: "FingerlyProbes", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyCatalogue", "CCrypto", "CUdev", "CBlkid"]),
         .target(
             name: "FingerlyPolicy",
             dependencies: ["FingerlyModel"],
@@ -75,16 +81,20 @@ let package = Package(
         // bytes and files of its own, never the report's types, the probes or the policy.
         .target(name: "FingerlyTransport", dependencies: ["FingerlyHost", "CCurl", "CFingerlyCurl", "CCrypto"]),
         // Where identities and events are kept: an interface narrow enough for SQLite and PostgreSQL.
-        .target(name: "FingerlyStore", dependencies: ["FingerlyHost", "CSQLite", "CFingerlySQLite", "CPostgres", "CCrypto", "CLZ4"]),
+        // The interface depends on no database library, so what links it alone loads neither.
+        .target(name: "FingerlyStore", dependencies: ["FingerlyHost", "CCrypto", "CLZ4"]),
+        .target(name: "FingerlySQLiteStore", dependencies: ["FingerlyStore", "FingerlyHost", "CSQLite", "CFingerlySQLite"]),
+        .target(name: "FingerlyPostgresStore", dependencies: ["FingerlyStore", "FingerlyHost", "CPostgres"]),
         // Visitor resolution, idempotency and scoring, shared by the server and the local mode; no HTTP.
-        .target(name: "FingerlyEngine", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyPolicy", "FingerlyProbes", "FingerlyStore"]),
-        .target(name: "FingerlyServer", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyEngine", "FingerlyStore", "FingerlyTransport",
+        .target(name: "FingerlyEngine", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyPolicy", "FingerlyCatalogue", "FingerlyStore"]),
+        .target(name: "FingerlyServer", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyEngine", "FingerlyStore", "FingerlySQLiteStore",
+                                                        "FingerlyPostgresStore", "FingerlyTransport",
                                                         "CMicroHTTPD", "CFingerlyHTTPD", "CFingerlyAllocator"]),
         .executableTarget(name: "fingerly-server", dependencies: ["FingerlyServer"]),
-        .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy", "FingerlyTransport",
-                                                 "FingerlyEngine", "FingerlyStore"]),
-        .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
-                                                                "FingerlyTransport"]),
+        .target(name: "Fingerly", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyCatalogue", "FingerlyProbes", "FingerlyPolicy",
+                                                 "FingerlyTransport", "FingerlyEngine", "FingerlyStore", "FingerlySQLiteStore"]),
+        .target(name: "FingerlyIdentifyCommand", dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyCatalogue", "FingerlyProbes",
+                                                                "FingerlyPolicy", "FingerlyTransport"]),
         .executableTarget(name: "fingerly-identify", dependencies: ["FingerlyIdentifyCommand"]),
         // The C entry points behind libfingerly.so. The Swift runtime is linked in (-static-stdlib) so
         // a C program needs no toolchain on the loader's path; the version script exports fingerly_*
@@ -97,13 +107,12 @@ let package = Package(
                                            "-Xlinker", "-soname=libfingerly.so.0", "-Xlinker", "--no-export-dynamic",
                                            "-Xlinker", "--version-script=\(packageDirectory)/Sources/FingerlyC/fingerly.map",
                                            // A shared object may keep undefined symbols; this one must not, or a C
-                                           // program fails at its own link. Foundation's static parts, which the
-                                           // driver's autolinking leaves out of a shared object, are named here.
+                                           // program fails at its own link. FoundationEssentials' static parts, which
+                                           // the driver's autolinking leaves out of a shared object, are named here; full
+                                           // Foundation, and the ICU data it carries, is used nowhere.
                                            "-Xlinker", "--no-undefined",
                                            "-Xlinker", "--start-group",
-                                           "-Xlinker", "-lFoundation", "-Xlinker", "-lFoundationInternationalization",
-                                           "-Xlinker", "-lFoundationEssentials", "-Xlinker", "-lCoreFoundation",
-                                           "-Xlinker", "-l_FoundationICU", "-Xlinker", "-l_FoundationCShims",
+                                           "-Xlinker", "-lFoundationEssentials", "-Xlinker", "-l_FoundationCShims",
                                            "-Xlinker", "-l_FoundationCollections", "-Xlinker", "-lswiftDispatch",
                                            "-Xlinker", "-ldispatch", "-Xlinker", "-lBlocksRuntime", "-Xlinker", "-lswiftSynchronization",
                                            "-Xlinker", "--end-group"])]
@@ -112,7 +121,8 @@ let package = Package(
         .testTarget(
             name: "FingerlyTests",
             dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
-                           "FingerlyIdentifyCommand", "FingerlyTransport", "FingerlyStore", "FingerlyEngine", "FingerlyServer",
+                           "FingerlyIdentifyCommand", "FingerlyTransport", "FingerlyStore", "FingerlySQLiteStore",
+                           "FingerlyPostgresStore", "FingerlyCatalogue", "FingerlyEngine", "FingerlyServer",
                            "CFingerlyFiles", "CUdev", "CBlkid"]
         ),
         // Only what an application sees: `import Fingerly`, no @testable.

@@ -1,3 +1,4 @@
+import FingerlyCatalogue
 import FoundationEssentials
 import FingerlyHost
 import FingerlyModel

@@ -1,4 +1,5 @@
 #if canImport(Glibc)
+import FingerlySQLiteStore
 import Glibc
 #endif
 import FoundationEssentials

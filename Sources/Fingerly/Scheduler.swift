@@ -1,4 +1,5 @@
 import Dispatch
+import FingerlyCatalogue
 import Synchronization
 import FingerlyHost
 import FingerlyModel

@@ -1,4 +1,5 @@
 #if canImport(Glibc)
+import FingerlyCatalogue
 import Glibc
 #endif
 import FingerlyHost

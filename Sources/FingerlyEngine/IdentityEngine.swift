@@ -2,7 +2,6 @@ import FoundationEssentials
 import FingerlyHost
 import FingerlyModel
 import FingerlyPolicy
-import FingerlyProbes
 import FingerlyStore
 import Synchronization
 

@@ -1,7 +1,7 @@
 import CCrypto
+import FingerlyCatalogue
 import FingerlyHost
 import FingerlyModel
-import FingerlyProbes
 import FingerlyStore
 #if canImport(Glibc)
 import Glibc

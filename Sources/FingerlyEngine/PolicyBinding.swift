@@ -1,8 +1,8 @@
+import FingerlyCatalogue
 import FoundationEssentials
 import FingerlyHost
 import FingerlyModel
 import FingerlyPolicy
-import FingerlyProbes
 
 extension PolicyVocabulary {
     /// What the shipped catalogue and detection tables let a policy name.

@@ -1,3 +1,4 @@
+import FingerlyCatalogue
 import FingerlyModel
 import FingerlyPolicy
 import FingerlyStore

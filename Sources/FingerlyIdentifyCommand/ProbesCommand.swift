@@ -1,4 +1,5 @@
 import Fingerly
+import FingerlyCatalogue
 import FoundationEssentials
 import FingerlyModel
 import FingerlyPolicy

@@ -1,3 +1,4 @@
+import FingerlyCatalogue
 import FingerlyHost
 import FingerlyModel
 

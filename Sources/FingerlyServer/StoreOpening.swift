@@ -1,3 +1,5 @@
+import FingerlyPostgresStore
+import FingerlySQLiteStore
 import FingerlyStore
 
 /// The database behind `serve`, `keys` and `migrate`: a `postgres://` or `postgresql://` URL is
@@ -20,7 +22,7 @@ func openStore(path: String, serving: Bool = false) throws(StoreError) -> any Id
 /// a URL's password makes libpq read the password's tail as the host and quote it in its error.
 func databaseSpellingProblem(_ path: String) -> String? {
     if PostgresStore.isURL(path) {
-        let afterScheme = path[path.range(of: "://")!.upperBound...]
+        let afterScheme = path[path.firstRange(of: "://")!.upperBound...]
         let authority = afterScheme.prefix { $0 != "/" && $0 != "?" }
         guard authority.filter({ $0 == "@" }).count <= 1 else {
             return "its user information holds more than one '@': write an '@' of the password as %40"
@@ -51,7 +53,7 @@ func schemaVersion(_ store: any IdentityStore) throws(StoreError) -> Int64 {
 /// name, so `p%61ssword` is one too).
 func databaseLabel(_ path: String) -> String {
     // Any scheme, as any spelling of one: what is redacted is what could be a password.
-    guard let scheme = path.range(of: ":/") ?? path.range(of: "://") else {
+    guard let scheme = path.firstRange(of: ":/") ?? path.firstRange(of: "://") else {
         guard keywordPairs(path) else { return path }
         return path.split(separator: " ", omittingEmptySubsequences: false).map { pair in
             guard let equals = pair.firstIndex(of: "="), pair[..<equals].lowercased().contains("pass") else { return String(pair) }

@@ -24,14 +24,14 @@ package enum StoreLimits {
     }
 
     /// A caller's row limit, within 0…`maximumRows`.
-    static func clamped(_ limit: Int) -> Int64 {
+    package static func clamped(_ limit: Int) -> Int64 {
         Int64(max(0, min(limit, maximumRows)))
     }
 
     /// The distinct hashes of a component lookup as one JSON array (one bound parameter instead
     /// of an IN list as long as the input, so one prepared statement serves every lookup); nil
     /// when there is nothing to look up.
-    static func lookupList(_ hashes: [String], limit: Int) throws(StoreError) -> String? {
+    package static func lookupList(_ hashes: [String], limit: Int) throws(StoreError) -> String? {
         let distinct = Array(Set(hashes))
         guard !distinct.isEmpty, limit > 0 else { return nil }
         guard distinct.count <= maximumLookupHashes else {
@@ -47,15 +47,15 @@ package enum StoreLimits {
 
 /// The component and device-key rows that writing a visitor deletes and inserts: only the
 /// difference from what is stored, since a returning visitor's components rarely change.
-struct VisitorRowChanges {
-    let removedComponents: Set<ComponentRecord>
-    let addedComponents: Set<ComponentRecord>
-    let removedKeys: Set<String>
+package struct VisitorRowChanges {
+    package let removedComponents: Set<ComponentRecord>
+    package let addedComponents: Set<ComponentRecord>
+    package let removedKeys: Set<String>
     /// Oldest-proven first, as the visitor holds them.
-    let addedKeys: [DeviceKeyRecord]
+    package let addedKeys: [DeviceKeyRecord]
 
     /// Refuses a visitor past the bounds before anything is written.
-    static func check(_ visitor: VisitorRecord) throws(StoreError) {
+    package static func check(_ visitor: VisitorRecord) throws(StoreError) {
         let limit = StoreLimits.maximumVisitorComponents
         guard visitor.components.count <= limit, visitor.deviceKeys.count <= limit else {
             throw StoreError("a visitor with \(visitor.components.count) components and \(visitor.deviceKeys.count) device keys exceeds "
@@ -65,12 +65,12 @@ struct VisitorRowChanges {
 
     /// `previous` when it is this visitor as read earlier in the transaction and its row was
     /// updated in place (`updatedInPlace`): its components and keys are then what the rows hold.
-    static func known(_ previous: VisitorRecord?, for visitor: VisitorRecord, updatedInPlace: Bool) -> VisitorRecord? {
+    package static func known(_ previous: VisitorRecord?, for visitor: VisitorRecord, updatedInPlace: Bool) -> VisitorRecord? {
         guard updatedInPlace, let previous, previous.id == visitor.id, previous.organization == visitor.organization else { return nil }
         return previous
     }
 
-    init(_ visitor: VisitorRecord, storedComponents: Set<ComponentRecord>, storedKeys: Set<String>) {
+    package init(_ visitor: VisitorRecord, storedComponents: Set<ComponentRecord>, storedKeys: Set<String>) {
         // A key's first-proven time never changes once stored: keys differ by their id alone.
         let wanted = Set(visitor.components), wantedKeys = Set(visitor.deviceKeys.map(\.keyId))
         removedComponents = storedComponents.subtracting(wanted)

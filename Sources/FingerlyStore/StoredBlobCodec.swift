@@ -12,31 +12,31 @@ import CLZ4
 /// says which encoding it is in; rows written before migration 3 are `plain`.
 ///
 /// An `lz4` blob is the decoded length as 4 bytes, little-endian, then one LZ4 block.
-final class StoredBlobCodec {
-    enum Encoding: Int64 {
+package final class StoredBlobCodec {
+    package enum Encoding: Int64 {
         case plain = 0
         case lz4 = 1
     }
 
     /// Below this a blob fits its row's page anyway, and compressing it saves no page.
-    static let smallestCompressed = 512
+    package static let smallestCompressed = 512
     /// The most bytes one stored blob may decode to: beyond the largest body the server takes
     /// (64 MiB) and the answer beside it, so a damaged block cannot claim gigabytes.
-    static let largestDecoded = 128 << 20
+    package static let largestDecoded = 128 << 20
     private static let lengthBytes = 4
 
     // One per connection, used under the store's lock only: LZ4's 16 KB hash table, kept off
     // the stack of whichever thread holds the lock.
     private let state: UnsafeMutableRawPointer
 
-    init() {
+    package init() {
         state = UnsafeMutableRawPointer.allocate(byteCount: Int(LZ4_sizeofState()), alignment: 16)
     }
 
     deinit { state.deallocate() }
 
     /// The bytes to store and their encoding: compressed when that is smaller.
-    func encode(_ bytes: [UInt8]) -> (bytes: [UInt8], encoding: Encoding) {
+    package func encode(_ bytes: [UInt8]) -> (bytes: [UInt8], encoding: Encoding) {
         guard bytes.count >= Self.smallestCompressed, bytes.count <= Self.largestDecoded else { return (bytes, .plain) }
         let bound = Int(LZ4_compressBound(Int32(bytes.count)))
         guard bound > 0 else { return (bytes, .plain) }
@@ -56,7 +56,7 @@ final class StoredBlobCodec {
     }
 
     /// The stored bytes as they were given to `encode`.
-    static func decode(_ stored: [UInt8], encoding code: Int64) throws(StoreError) -> [UInt8] {
+    package static func decode(_ stored: [UInt8], encoding code: Int64) throws(StoreError) -> [UInt8] {
         switch Encoding(rawValue: code) {
         case .plain?:
             return stored

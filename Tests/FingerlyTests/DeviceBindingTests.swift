@@ -1,3 +1,6 @@
+@testable import FingerlyCatalogue
+@testable import FingerlyPostgresStore
+@testable import FingerlySQLiteStore
 import Foundation
 import Testing
 @testable import Fingerly

@@ -1,3 +1,4 @@
+@testable import FingerlySQLiteStore
 import Foundation
 import Synchronization
 import Testing

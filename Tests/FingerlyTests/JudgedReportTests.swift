@@ -1,3 +1,5 @@
+@testable import FingerlyCatalogue
+@testable import FingerlySQLiteStore
 import Foundation
 import Testing
 @testable import FingerlyEngine

@@ -1,3 +1,4 @@
+@testable import FingerlyPostgresStore
 import Foundation
 import Testing
 @testable import FingerlyStore

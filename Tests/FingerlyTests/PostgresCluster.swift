@@ -1,3 +1,4 @@
+@testable import FingerlyPostgresStore
 import Foundation
 @testable import FingerlyStore
 

@@ -1,3 +1,5 @@
+@testable import FingerlyPostgresStore
+@testable import FingerlySQLiteStore
 import Foundation
 import Testing
 @testable import FingerlyEngine

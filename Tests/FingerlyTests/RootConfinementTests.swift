@@ -1,4 +1,5 @@
 import CFingerlyFiles
+@testable import FingerlyCatalogue
 import Foundation
 import Testing
 @testable import Fingerly

@@ -1,3 +1,5 @@
+@testable import FingerlyPostgresStore
+@testable import FingerlySQLiteStore
 import Foundation
 import Testing
 @testable import Fingerly
@@ -627,7 +629,7 @@ struct PostgresStorageBoundsTests {
         let downgrade = try runProcess("/usr/bin/sqlite3", [database, """
             DROP INDEX visitor_device_keys_key; ALTER TABLE visitors DROP COLUMN event_bytes;
             DROP TABLE storage_usage; ALTER TABLE organizations DROP COLUMN storage_quota;
-            DELETE FROM schema_migrations WHERE version >= \(SQLiteSchema.storageUsageVersion);
+            DELETE FROM schema_migrations WHERE version >= \(SchemaVersion.storageUsage);
             """])
         try #require(downgrade.status == 0, "\(downgrade.standardError)")
         let upgraded = try SQLiteStore(path: database)

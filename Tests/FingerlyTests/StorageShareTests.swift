@@ -1,3 +1,4 @@
+@testable import FingerlyCatalogue
 import Foundation
 import Testing
 @testable import Fingerly

@@ -1,3 +1,5 @@
+import FingerlyStore
+
 /// The schema, as numbered migrations. A migration once shipped never changes: a new version
 /// appends one. Column types and constraints stay within what PostgreSQL also has, so the next
 /// backend can keep the same shape.
@@ -8,10 +10,6 @@ enum SQLiteSchema {
     }
 
     static var latestVersion: Int64 { migrations.last?.version ?? 0 }
-    /// The migration that adds storage quotas, for the test that replays it on a populated database.
-    static let storageUsageVersion: Int64 = 5
-    /// The migration that adds per-visitor event bytes and counts visitor rows in the quota.
-    static let deviceShareVersion: Int64 = 6
 
     static let createMigrationTable = """
         CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -141,7 +139,7 @@ enum SQLiteSchema {
         // PostgreSQL can spread one organization's concurrent writes over several rows (slot);
         // SQLite, one writer at a time, uses slot 0. Visitors are swept by age without an index
         // on last_seen: it changes on every identify, and the hourly sweep may scan.
-        Migration(version: storageUsageVersion, statements: [
+        Migration(version: SchemaVersion.storageUsage, statements: [
             "ALTER TABLE organizations ADD COLUMN storage_quota INTEGER",
             """
             CREATE TABLE storage_usage (
@@ -160,7 +158,7 @@ enum SQLiteSchema {
         // row an identify writes anyway). Visitor rows count against the quota (the figures of
         // StoreLimits.rowBytes when this shipped). Device keys are looked up by keyid: a key that
         // claimed another's identity is settled as a visitor of its own, found by the key alone.
-        Migration(version: deviceShareVersion, statements: [
+        Migration(version: SchemaVersion.deviceShare, statements: [
             "ALTER TABLE visitors ADD COLUMN event_bytes INTEGER NOT NULL DEFAULT 0",
             """
             UPDATE visitors SET event_bytes = stored.bytes

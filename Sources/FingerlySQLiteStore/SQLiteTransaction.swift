@@ -1,4 +1,5 @@
-import Foundation
+import FingerlyStore
+
 
 /// The operations of one SQLite transaction; valid only inside the closure it was handed to.
 final class SQLiteTransaction: StoreTransaction {

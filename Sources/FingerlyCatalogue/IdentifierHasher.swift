@@ -50,7 +50,7 @@ package struct IdentifierHasher: Sendable {
 
     /// Identifiers are normalised first (white space trimmed, ASCII lower-cased) so that a
     /// trailing newline or upper-case hex in one source does not split a host in two.
-    func hash(_ raw: String) -> String {
+    package func hash(_ raw: String) -> String {
         let message = raw.trimmingWhitespace().utf8.map { (65...90).contains($0) ? $0 + 32 : $0 }
         var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
@@ -84,7 +84,7 @@ package struct IdentifierHasher: Sendable {
     /// it is: the path still says what was loaded or preloaded, not whose account it is. Empty
     /// and "." components after the directory are skipped, so `/home//alice` and `/home/./alice`
     /// are reduced too.
-    func personalPaths(_ text: String) -> String {
+    package func personalPaths(_ text: String) -> String {
         guard freeText == .fingerprint, Self.perUserDirectories.contains(where: { text.containsUTF8($0) }) else { return text }
         var result = ""
         var rest = Substring(text)
@@ -119,7 +119,7 @@ package struct IdentifierHasher: Sendable {
         return result + rest
     }
 
-    func personal(_ text: String) -> String {
+    package func personal(_ text: String) -> String {
         switch freeText {
         case .keep: return text
         case .fingerprint: return "fp:" + hash("fingerly-free-text-v1\n" + text).prefix(16)

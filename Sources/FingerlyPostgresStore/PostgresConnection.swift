@@ -1,4 +1,5 @@
 import CPostgres
+import FingerlyStore
 import Glibc
 
 /// A value sent as a statement parameter. Values reach SQL through parameters only.

@@ -1,5 +1,6 @@
 import CFingerlySQLite
 import CSQLite
+import FingerlyStore
 import Glibc
 
 /// A value bound to a statement parameter. Values only ever reach SQL through binds.

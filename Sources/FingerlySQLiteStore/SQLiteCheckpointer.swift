@@ -1,6 +1,7 @@
 import CFingerlySQLite
 import CSQLite
-import Foundation
+import FingerlyHost
+import FingerlyStore
 import Glibc
 import Synchronization
 
@@ -29,11 +30,11 @@ package final class SQLiteCheckpointer: @unchecked Sendable {
     /// starved of CPU must not let the file grow without bound).
     static let hardLimitPages: Int32 = 16_000
     /// The longest the thread sleeps without a wake-up, so a quiet server's WAL is merged too.
-    static let idleSeconds: TimeInterval = 5
+    static let idleSeconds: Double = 5
 
     private let path: String
     // Guards `wakeRequested`, `stopping` and `stopped`; the connection belongs to the thread.
-    private let condition = NSCondition()
+    private let condition = ConditionLock()
     private var wakeRequested = false
     private var stopping = false
     private var stopped = false
@@ -64,9 +65,13 @@ package final class SQLiteCheckpointer: @unchecked Sendable {
             throw StoreError("cannot read the database \(path) for checkpoints")
         }
         let connection = UnsafeSendableHandle(handle)
-        let thread = Thread { [self] in run(connection.handle) }
-        thread.name = "fingerly-checkpoint"
-        thread.start()
+        guard startDetachedThread({ [self] in
+            nameCurrentThread("fingerly-checkpoint")
+            run(connection.handle)
+        }) else {
+            sqlite3_close_v2(handle)
+            throw StoreError("cannot start the checkpoint thread for \(path)")
+        }
     }
 
     /// Called from the writer's WAL hook after every commit: cheap, never blocks on a checkpoint.
@@ -124,7 +129,7 @@ package final class SQLiteCheckpointer: @unchecked Sendable {
         pthread_sigmask(SIG_BLOCK, &everything, nil)
         while true {
             condition.lock()
-            if !wakeRequested && !stopping { _ = condition.wait(until: Date(timeIntervalSinceNow: Self.idleSeconds)) }
+            if !wakeRequested && !stopping { _ = condition.wait(untilMonotonicMilliseconds: monotonicMilliseconds() + Self.idleSeconds * 1000) }
             let woken = wakeRequested
             wakeRequested = false
             let stop = stopping

@@ -1,3 +1,5 @@
+import FingerlyStore
+
 /// SQLiteSchema's tables in PostgreSQL, under the same version numbers, so `fingerly-server
 /// migrate` and the start check speak of one schema whichever backend holds it. A migration once
 /// shipped never changes; a new version appends one here and in SQLiteSchema.
@@ -130,7 +132,7 @@ enum PostgresSchema {
         ]),
         // SQLiteSchema's migration 5: each organization's stored bytes, here over several slots
         // so concurrent identify transactions of one organization rarely wait on one row lock.
-        Migration(version: SQLiteSchema.storageUsageVersion, statements: [
+        Migration(version: SchemaVersion.storageUsage, statements: [
             "ALTER TABLE organizations ADD COLUMN storage_quota BIGINT",
             """
             CREATE TABLE storage_usage (
@@ -147,7 +149,7 @@ enum PostgresSchema {
         ]),
         // SQLiteSchema's migration 6: each visitor's event bytes, visitor rows in the quota, and
         // device keys looked up by keyid.
-        Migration(version: SQLiteSchema.deviceShareVersion, statements: [
+        Migration(version: SchemaVersion.deviceShare, statements: [
             "ALTER TABLE visitors ADD COLUMN event_bytes BIGINT NOT NULL DEFAULT 0",
             """
             UPDATE visitors SET event_bytes = stored.bytes

@@ -1,4 +1,5 @@
-import Foundation
+import FingerlyHost
+import FingerlyStore
 import Glibc
 
 /// The identity store in PostgreSQL, shared by any number of server processes.
@@ -41,7 +42,7 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
     private let conninfo: String
     private let options: Options
     // Guards `idle`, `opened` and `closed`; connections are reached by one thread at a time.
-    private let condition = NSCondition()
+    private let condition = ConditionLock()
     private var idle: [PostgresConnection] = []
     private var opened = 0
     private var closed = false
@@ -89,7 +90,7 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
     // MARK: Pool
 
     private func acquire() throws(StoreError) -> PostgresConnection {
-        let deadline = Date(timeIntervalSinceNow: TimeInterval(options.acquireTimeoutSeconds))
+        let deadline = monotonicMilliseconds() + Double(options.acquireTimeoutSeconds) * 1000
         condition.lock()
         while true {
             if closed {
@@ -116,7 +117,7 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
             }
             // A deadline, not a wait without end: when every connection is stuck behind a peer's
             // locks, requests get 503 and the HTTP threads stay free for the rest.
-            if !condition.wait(until: deadline) {
+            if !condition.wait(untilMonotonicMilliseconds: deadline) {
                 condition.unlock()
                 throw StoreError("no PostgreSQL connection came free within \(options.acquireTimeoutSeconds) s", isTransient: true)
             }
@@ -237,7 +238,7 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
                 guard migration.version > current else { return }
                 for statement in migration.statements { try connection.command(statement) }
                 try connection.execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
-                                       [.integer(migration.version), .integer(Int64(Date().timeIntervalSince1970))])
+                                       [.integer(migration.version), .integer(Int64(time(nil)))])
             }
         }
         if !apply {

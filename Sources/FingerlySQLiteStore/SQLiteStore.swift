@@ -1,4 +1,5 @@
-import Foundation
+import FingerlyHost
+import FingerlyStore
 import Glibc
 import Synchronization
 
@@ -30,7 +31,7 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
     package let path: String
     private let options: Options
     // Guards `connection`; the C handle is reached under it only, hence @unchecked Sendable.
-    private let lock = NSLock()
+    private let lock = ConditionLock()
     private var connection: SQLiteConnection?
     /// Set when `backgroundCheckpoints`; stopped before `connection` closes.
     package private(set) var checkpointer: SQLiteCheckpointer?
@@ -160,7 +161,7 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
     // MARK: Internals
 
     private static func createPrivately(_ path: String) throws(StoreError) {
-        let parent = (path as NSString).deletingLastPathComponent
+        let parent = Self.directory(of: path)
         var status = stat()
         guard stat(parent.isEmpty ? "." : parent, &status) == 0, status.st_mode & S_IFMT == S_IFDIR else {
             throw StoreError("the directory of the database \(path) does not exist")
@@ -173,6 +174,16 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
         } else if errno != EEXIST {
             throw StoreError("cannot create the database \(path): \(String(cString: strerror(errno)))")
         }
+    }
+
+    /// The directory part of `path` as dirname(3) reads it, "" for a bare file name.
+    private static func directory(of path: String) -> String {
+        var trimmed = Substring(path)
+        while trimmed.count > 1, trimmed.hasSuffix("/") { trimmed.removeLast() }
+        guard let slash = trimmed.lastIndex(of: "/") else { return "" }
+        var parent = trimmed[..<slash]
+        while parent.count > 1, parent.hasSuffix("/") { parent.removeLast() }
+        return parent.isEmpty ? "/" : String(parent)
     }
 
     private func withConnection<Result>(_ body: (SQLiteConnection) throws(StoreError) -> Result) throws(StoreError) -> Result {
@@ -255,7 +266,7 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
                 guard migration.version > current else { return }
                 for statement in migration.statements { try connection.execute(statement, []) }
                 try connection.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
-                                       [.integer(migration.version), .integer(Int64(Date().timeIntervalSince1970))])
+                                       [.integer(migration.version), .integer(Int64(time(nil)))])
             }
         }
     }
@@ -282,7 +293,7 @@ final class TransactionGroup: @unchecked Sendable {
     /// Most transactions one batch takes, so one leader's wait stays short.
     static let largestBatch = 32
     // Guards `queue`, `leading` and `largestCommitted`, and orders every GroupedTransaction's fields.
-    private let condition = NSCondition()
+    private let condition = ConditionLock()
     private var queue: [GroupedTransaction] = []
     private var leading = false
     private var largestCommitted = 0

@@ -1,3 +1,5 @@
+import FingerlyStore
+
 /// The passwords a PostgreSQL connection string carries, so that no text libpq writes about it
 /// repeats one: libpq quotes the part of a URL it cannot parse (`invalid percent-encoded token:
 /// "S3cr%zzPassw0rd"`), and its messages reach `migrate`'s output and `serve`'s log.
@@ -13,7 +15,7 @@ package struct ConnectionSecrets: Sendable, Hashable {
             let decoded = Self.percentDecoded(text)
             if !decoded.isEmpty { found.insert(decoded) }
         }
-        if let scheme = conninfo.range(of: "://") {
+        if let scheme = conninfo.firstRange(of: "://") {
             let rest = conninfo[scheme.upperBound...]
             // libpq takes the userinfo up to the last "@" before the first "/"; a "?" may be
             // inside it. A password with an unencoded "/" is cut there: libpq then reads its first
