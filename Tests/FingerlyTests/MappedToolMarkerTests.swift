@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import FingerlyHost
+@testable import FingerlyCatalogue
 @testable import FingerlyProbes
 
 /// Tool markers in this process's memory map are found on bytes: a combining mark or odd
