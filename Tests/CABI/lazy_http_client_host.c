@@ -2,7 +2,7 @@
  * A host process for Tests/FingerlyTests/LazyHTTPClientLoadingTests.swift. It opens libfingerly.so.0
  * with dlopen, as an interpreter opens an extension module, and after each call says which libcurl
  * files its own /proc/self/maps holds: a host that never sends must not carry libcurl.
- *   libcurl_mapping_host LIBRARY STATE_DIR [ENDPOINT KEY]
+ *   lazy_http_client_host LIBRARY STATE_DIR [ENDPOINT KEY]
  * Steps, in this order, in one process: "start" (nothing called yet), "dry run" (identify, both
  * tiers, not submitting), "integrity", "local" (identify submitting with no key: the local mode,
  * keeping its visitors in STATE_DIR), and with ENDPOINT and KEY "submit" (a real submission).
