@@ -119,6 +119,22 @@ import Testing
         #expect(loaded, "the submission did not load libcurl")
     }
 
+    @Test func aHostThatUsesLibcurlItselfSharesItsCopyAndKeepsUsingIt() throws {
+        let directory = try TestPaths.temporaryDirectory("curl-using-host")
+        let binary = directory + "/curl_using_host"
+        let built = try runShell("cc -Wall -Werror -I\"$1/include\" \"$1/Tests/CABI/curl_using_host.c\" -lcurl -o \"$2\"",
+                                 TestPaths.packageRoot, binary)
+        try #require(built.status == 0, "cc curl_using_host: \(built.standardError)")
+        let state = try Self.freshState("curl-using-host")
+        let run = try Self.withServer("curl-using-host") { endpoint, key in
+            try runProcess(binary, [try InstalledLibrary.library, endpoint, key, state], environment: try InstalledLibrary.environment())
+        }
+        #expect(run.status == 0, "\(run.standardError)")
+        // The host's curl works before and after the library's send, and both used one libcurl.
+        #expect(run.standardOutput.split(separator: "\n") == ["before 200", "submit 0 delivered", "after 200", "libcurl copies 1"],
+                "\(run.standardOutput)")
+    }
+
     /// A directory for LD_LIBRARY_PATH holding a libcurl.so.4 of the test's making: one that needs a
     /// library no longer there, or one without any of curl's functions.
     static func brokenLibcurl(missingDependency: Bool) throws -> String {
