@@ -46,6 +46,8 @@ extension TransportError: Codable {
     package static let proxyAuthenticationCode = "proxy_authentication_required"
     /// The code of a send this host cannot make: libcurl, opened at the first send, is missing or incomplete.
     package static let httpClientUnavailableCode = "http_client_unavailable"
+    /// The codes only whoever configures this host can mend (the CLI's exit 78).
+    package static let hostConfigurationCodes: Set<String?> = [proxyAuthenticationCode, httpClientUnavailableCode]
 }
 
 /// The API's address for one instance: the origin (the region's or the endpoint) and the path

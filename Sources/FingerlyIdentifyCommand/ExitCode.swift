@@ -54,9 +54,7 @@ package enum ExitCode: Int32, Sendable, Error {
         case is StateError: return .ioError
         case let transport as TransportError:
             if transport.retryable { return transport.code == TransportError.notQueuedCode ? .ioError : .queued }
-            if [TransportError.proxyAuthenticationCode, TransportError.httpClientUnavailableCode].contains(transport.code) {
-                return .configuration
-            }
+            if TransportError.hostConfigurationCodes.contains(transport.code) { return .configuration }
             switch transport.status {
             case 401?, 403?: return .keyRejected
             case 402?: return .notAccepting

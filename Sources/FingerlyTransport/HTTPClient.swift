@@ -105,7 +105,8 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
         case .pinMismatch: return "no pinned key matched the server's certificate chain"
         case .responseTooLarge: return "the response was larger than \(HTTPClient.maximumResponseBytes) bytes"
         case .invalidRequest(let detail): return "request not sent: \(detail)"
-        case .clientUnavailable(let detail): return "request not sent: \(detail); sending needs libcurl (Debian's libcurl4)"
+        case .clientUnavailable(let detail):
+            return "request not sent: \(detail); sending needs libcurl (Debian's libcurl4)"
         case .proxyRefused(let proxy, 407):
             return "the proxy \(proxy) (from \(proxy.variable)) answered 407 Proxy Authentication Required: "
                 + "the credentials in \(proxy.variable) are missing or refused"
@@ -129,7 +130,9 @@ package enum HTTPClient {
     package static func perform(_ request: HTTPRequest, settings: AttemptSettings) -> Result<HTTPResponse, AttemptFailure> {
         if let problem = problem(with: request, settings: settings) { return .failure(.invalidRequest(problem)) }
         if let problem = fingerly_curl_load() { return .failure(.clientUnavailable(String(cString: problem))) }
-        guard let handle = fingerly_curl_easy_init() else { return .failure(.invalidRequest("libcurl could not make a handle")) }
+        guard let handle = fingerly_curl_easy_init() else {
+            return .failure(.invalidRequest("libcurl could not make a handle"))
+        }
         defer { fingerly_curl_easy_cleanup(handle) }
 
         var headerList: UnsafeMutablePointer<curl_slist>?
@@ -140,7 +143,9 @@ package enum HTTPClient {
         let given = Set(request.headers.map { $0.name.lowercased() })
         let removed = ["Accept", "Content-Type", "Expect"].filter { !given.contains($0.lowercased()) }.map { $0 + ":" }
         for line in request.headers.map({ "\($0.name): \($0.value)" }) + removed {
-            guard let appended = fingerly_curl_slist_append(headerList, line) else { return .failure(.invalidRequest("out of memory")) }
+            guard let appended = fingerly_curl_slist_append(headerList, line) else {
+                return .failure(.invalidRequest("out of memory"))
+            }
             headerList = appended
         }
 

@@ -6,7 +6,8 @@
  * Steps, in this order, in one process: "start" (nothing called yet), "dry run" (identify, both
  * tiers, not submitting), "integrity", "local" (identify submitting with no key: the local mode,
  * keeping its visitors in STATE_DIR), and with ENDPOINT and KEY "submit" (a real submission).
- * One JSON line per step: {"step":…,"rc":…,"kind":…,"retryable":…,"message":…,"libcurl":[paths],"result":…}.
+ * One JSON line per step:
+ *   {"step":…,"rc":…,"kind":…,"retryable":…,"message":…,"libcurl":[paths],"result":…}
  */
 #include <fingerly.h>
 #include <dlfcn.h>

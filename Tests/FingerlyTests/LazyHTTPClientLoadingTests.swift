@@ -27,8 +27,8 @@ import Testing
     static let host: Result<String, any Error> = Result {
         let directory = try TestPaths.temporaryDirectory("lazy-http-client-host")
         let binary = directory + "/lazy_http_client_host"
-        let built = try runShell("cc -Wall -Werror -I\"$1/include\" \"$1/Tests/CABI/lazy_http_client_host.c\" -o \"$2\"",
-                                 TestPaths.packageRoot, binary)
+        let built = try runShell("cc -Wall -Werror -I\"$1/include\" \"$1/Tests/CABI/$3.c\" -o \"$2\"",
+                                 TestPaths.packageRoot, binary, "lazy_http_client_host")
         try #require(built.status == 0, "cc lazy_http_client_host: \(built.standardError)")
         return binary
     }
@@ -36,11 +36,15 @@ import Testing
     static func runHost(state: String, server: (endpoint: String, key: String)? = nil,
                         libraryPath: String? = nil) throws -> [String: HostStep] {
         var environment = try InstalledLibrary.environment()
-        if let libraryPath { environment["LD_LIBRARY_PATH"] = libraryPath + ":" + (environment["LD_LIBRARY_PATH"] ?? "") }
+        if let libraryPath {
+            environment["LD_LIBRARY_PATH"] = libraryPath + ":" + (environment["LD_LIBRARY_PATH"] ?? "")
+        }
         let arguments = [try InstalledLibrary.library, state] + (server.map { [$0.endpoint, $0.key] } ?? [])
         let run = try runProcess(try host.get(), arguments, environment: environment)
         try #require(run.status == 0, "lazy_http_client_host: \(run.status) \(run.standardError)")
-        let steps = try run.standardOutput.split(separator: "\n").map { try JSONDecoder().decode(HostStep.self, from: Data($0.utf8)) }
+        let steps = try run.standardOutput.split(separator: "\n").map {
+            try JSONDecoder().decode(HostStep.self, from: Data($0.utf8))
+        }
         return Dictionary(steps.map { ($0.step, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
@@ -51,7 +55,8 @@ import Testing
     }
 
     /// A server with one key, for as long as `body` runs.
-    static func withServer<Value>(_ label: String, _ body: (_ endpoint: String, _ key: String) throws -> Value) throws -> Value {
+    static func withServer<Value>(_ label: String,
+                                  _ body: (_ endpoint: String, _ key: String) throws -> Value) throws -> Value {
         let database = try TestPaths.temporaryDirectory("lazy-curl-\(label)") + "/db.sqlite"
         let (publicKey, _) = try addedKeys(try runServerCLI(["keys", "add", "--org", "acme", "--db", database]))
         let server = try ServerProcess(database: database)
@@ -77,7 +82,9 @@ import Testing
 
     @Test func aHostProcessMapsLibcurlOnlyOnceItSubmits() throws {
         let state = try Self.freshState("host")
-        let steps = try Self.withServer("host") { endpoint, key in try Self.runHost(state: state, server: (endpoint, key)) }
+        let steps = try Self.withServer("host") { endpoint, key in
+            try Self.runHost(state: state, server: (endpoint, key))
+        }
         for name in ["start", "dry run", "integrity", "local"] {
             let step = try #require(steps[name], "no step \(name): \(steps.keys.sorted())")
             #expect(step.rc == 0, "\(name): \(step.rc) \(step.message)")
@@ -89,7 +96,8 @@ import Testing
         let submitted = try #require(steps["submit"])
         #expect(submitted.rc == 0, "\(submitted.message)")
         #expect(submitted.result?.state == .enriched)
-        #expect(submitted.libcurl.contains { $0.hasSuffix("/libcurl.so.4") || $0.contains("/libcurl.so.4.") }, "\(submitted.libcurl)")
+        #expect(submitted.libcurl.contains { $0.hasSuffix("/libcurl.so.4") || $0.contains("/libcurl.so.4.") },
+                "\(submitted.libcurl)")
     }
 
     @Test func theCommandLoadsLibcurlOnlyToSubmit() throws {
@@ -122,17 +130,18 @@ import Testing
     @Test func aHostThatUsesLibcurlItselfSharesItsCopyAndKeepsUsingIt() throws {
         let directory = try TestPaths.temporaryDirectory("curl-using-host")
         let binary = directory + "/curl_using_host"
-        let built = try runShell("cc -Wall -Werror -I\"$1/include\" \"$1/Tests/CABI/curl_using_host.c\" -lcurl -o \"$2\"",
-                                 TestPaths.packageRoot, binary)
+        let built = try runShell("cc -Wall -Werror -I\"$1/include\" \"$1/Tests/CABI/$3.c\" -lcurl -o \"$2\"",
+                                 TestPaths.packageRoot, binary, "curl_using_host")
         try #require(built.status == 0, "cc curl_using_host: \(built.standardError)")
         let state = try Self.freshState("curl-using-host")
         let run = try Self.withServer("curl-using-host") { endpoint, key in
-            try runProcess(binary, [try InstalledLibrary.library, endpoint, key, state], environment: try InstalledLibrary.environment())
+            try runProcess(binary, [try InstalledLibrary.library, endpoint, key, state],
+                           environment: try InstalledLibrary.environment())
         }
         #expect(run.status == 0, "\(run.standardError)")
         // The host's curl works before and after the library's send, and both used one libcurl.
-        #expect(run.standardOutput.split(separator: "\n") == ["before 200", "submit 0 delivered", "after 200", "libcurl copies 1"],
-                "\(run.standardOutput)")
+        let expected: [Substring] = ["before 200", "submit 0 delivered", "after 200", "libcurl copies 1"]
+        #expect(run.standardOutput.split(separator: "\n") == expected, "\(run.standardOutput)")
     }
 
     /// A directory for LD_LIBRARY_PATH holding a libcurl.so.4 of the test's making: one that needs a
@@ -144,11 +153,13 @@ import Testing
         var linked = ""
         let dependency = try TestPaths.temporaryDirectory("broken-libcurl-dependency")
         if missingDependency {
-            let made = try runShell("cc -shared -fPIC \"$1\" -o \"$2/libfingerly-absent-dependency.so\"", source, dependency)
+            let made = try runShell("cc -shared -fPIC \"$1\" -o \"$2/$3\"", source, dependency,
+                                    "libfingerly-absent-dependency.so")
             try #require(made.status == 0, "\(made.standardError)")
             linked = "-Wl,--no-as-needed -L\"\(dependency)\" -lfingerly-absent-dependency"
         }
-        let made = try runShell("cc -shared -fPIC -Wl,-soname,libcurl.so.4 \"$1\" \(linked) -o \"$2/libcurl.so.4\"", source, directory)
+        let made = try runShell("cc -shared -fPIC -Wl,-soname,libcurl.so.4 \"$1\" \(linked) -o \"$2/libcurl.so.4\"",
+                                source, directory)
         try #require(made.status == 0, "\(made.standardError)")
         // Gone once linked against: the loader finds the libcurl.so.4 and not what it needs.
         if missingDependency { try #require(unlink(dependency + "/libfingerly-absent-dependency.so") == 0) }
@@ -168,14 +179,16 @@ import Testing
                                      libraryPath: broken)
         #expect(steps["dry run"]?.rc == 0 && steps["local"]?.rc == 0, "\(steps)")
         let submitted = try #require(steps["submit"])
-        #expect(submitted.rc == -2 && submitted.kind == 2 && !submitted.retryable, "\(submitted.rc) \(submitted.message)")
+        #expect(submitted.rc == -2 && submitted.kind == 2 && !submitted.retryable,
+                "\(submitted.rc) \(submitted.message)")
         for text in expected { #expect(submitted.message.contains(text), "\(submitted.message)") }
 
         // The command: the verdicts, then exit 78 naming the library and the loader's reason; nothing queued.
         var environment = SubmissionCLITests.environment(state: state)
         environment["LD_LIBRARY_PATH"] = broken
         let endpoint = try SubmissionCLITests.closedPort()
-        let identify = try runProcess(TestPaths.cli, SubmissionCLITests.identifyArguments(endpoint) + ["--json"], environment: environment)
+        let identify = try runProcess(TestPaths.cli, SubmissionCLITests.identifyArguments(endpoint) + ["--json"],
+                                      environment: environment)
         #expect(identify.status == 78, "\(identify.status) \(identify.standardError)")
         #expect(try identify.identifyResult().state == .unavailable)
         for text in expected { #expect(identify.standardError.contains(text), "\(identify.standardError)") }
@@ -192,7 +205,8 @@ import Testing
 
         var environment = SubmissionCLITests.environment(state: state)
         environment["LD_LIBRARY_PATH"] = try Self.brokenLibcurl(missingDependency: true)
-        let flushed = try runProcess(TestPaths.cli, SubmissionCLITests.flushArguments(endpoint), environment: environment)
+        let flushed = try runProcess(TestPaths.cli, SubmissionCLITests.flushArguments(endpoint),
+                                     environment: environment)
         #expect(flushed.status == 78, "\(flushed.status) \(flushed.standardError)")
         #expect(flushed.standardError.contains("libcurl.so.4 could not be loaded"), "\(flushed.standardError)")
         #expect(SubmissionCLITests.itemFiles(state).count == 1)
