@@ -34,7 +34,9 @@ let package = Package(
         .systemLibrary(name: "CUdev", pkgConfig: "libudev", providers: [.apt(["libudev-dev"])]),
         .systemLibrary(name: "CBlkid", pkgConfig: "blkid", providers: [.apt(["libblkid-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
-        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        // libcurl's header alone (libcurl4-openssl-dev): CFingerlyCurl opens the library at the first send, so
+        // no pkg-config name here, whose flags would link it into every product.
+        .systemLibrary(name: "CCurl"),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CLZ4", pkgConfig: "liblz4", providers: [.apt(["liblz4-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
@@ -50,7 +52,7 @@ let package = Package(
                 linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         .target(name: "CFingerlyNetDevice"),
         .target(name: "CFingerlyFiles"),
-        .target(name: "CFingerlyCurl", linkerSettings: [.linkedLibrary("curl")]),
+        .target(name: "CFingerlyCurl"),
         .target(name: "CFingerlySQLite", linkerSettings: [.linkedLibrary("sqlite3")]),
         .target(name: "CFingerlyHTTPD", linkerSettings: [.linkedLibrary("microhttpd")]),
         .target(name: "CFingerlyAllocator"),

@@ -29,7 +29,7 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
     /// or the client's own for failures no server answered (`network`, `timeout`,
     /// `tls_verification`, `pin_mismatch`, `payload_too_large`, `no_api_key`,
     /// `proxy_authentication_required` for a proxy that answered 407, `proxy_refused` for another
-    /// status of the proxy).
+    /// status of the proxy, `http_client_unavailable` when this host has no usable libcurl.so.4).
     public let code: String?
 
     /// - Parameters:

@@ -44,6 +44,10 @@ extension TransportError: Codable {
     package static let notQueuedCode = "not_queued"
     /// The code of a proxy that answered 407: its variable needs other credentials.
     package static let proxyAuthenticationCode = "proxy_authentication_required"
+    /// The code of a send this host cannot make: libcurl, opened at the first send, is missing or incomplete.
+    package static let httpClientUnavailableCode = "http_client_unavailable"
+    /// The codes only whoever configures this host can mend (the CLI's exit 78).
+    package static let hostConfigurationCodes: Set<String?> = [proxyAuthenticationCode, httpClientUnavailableCode]
 }
 
 /// The API's address for one instance: the origin (the region's or the endpoint) and the path
@@ -337,6 +341,7 @@ extension Fingerly {
         case .pinMismatch: return "pin_mismatch"
         case .responseTooLarge: return "response_too_large"
         case .invalidRequest: return "invalid_request"
+        case .clientUnavailable: return TransportError.httpClientUnavailableCode
         case .proxyRefused(_, 407), .proxyCredentialsRefused: return TransportError.proxyAuthenticationCode
         case .proxyRefused: return "proxy_refused"
         }

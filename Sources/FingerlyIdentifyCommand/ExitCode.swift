@@ -27,7 +27,8 @@ package enum ExitCode: Int32, Sendable, Error {
     /// EX_NOPERM: consent is not granted.
     case noPermission = 77
     /// EX_CONFIG: this host's configuration cannot be used as it is: a proxy that wants other
-    /// credentials (407), or a state directory or file of the client that other users may write.
+    /// credentials (407), a state directory or file of the client that other users may write, or
+    /// no usable libcurl for a submission.
     case configuration = 78
 
     /// Says why a library call failed and gives its status: every command maps the same error
@@ -53,7 +54,7 @@ package enum ExitCode: Int32, Sendable, Error {
         case is StateError: return .ioError
         case let transport as TransportError:
             if transport.retryable { return transport.code == TransportError.notQueuedCode ? .ioError : .queued }
-            if transport.code == TransportError.proxyAuthenticationCode { return .configuration }
+            if TransportError.hostConfigurationCodes.contains(transport.code) { return .configuration }
             switch transport.status {
             case 401?, 403?: return .keyRejected
             case 402?: return .notAccepting

@@ -113,8 +113,8 @@ package enum FingerlyIdentify {
           75  delivery failed for now: the report is queued; 'flush' sends it later
           76  the server rejected the report (another 4xx), or TLS verification or a pin failed
           77  consent is not granted (nothing was read or sent)
-          78  configuration to fix: the proxy answered 407, or the state directory or a file in it
-              may be written by another user
+          78  configuration to fix: the proxy answered 407, the state directory or a file in it
+              may be written by another user, or a submission found no usable libcurl.so.4
 
         ENVIRONMENT:
           NO_COLOR                 Disables colour (colour is only used on a terminal anyway).

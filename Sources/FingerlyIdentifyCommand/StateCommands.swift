@@ -154,7 +154,7 @@ enum StateCommands {
         static func status(_ result: FlushResult) -> ExitCode {
             guard result.remaining > 0, let error = result.lastError else { return .success }
             if error.retryable { return .queued }
-            if error.code == TransportError.proxyAuthenticationCode { return .configuration }
+            if TransportError.hostConfigurationCodes.contains(error.code) { return .configuration }
             switch error.status {
             case 401?, 403?: return .keyRejected
             case 402?: return .notAccepting

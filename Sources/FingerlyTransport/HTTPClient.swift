@@ -76,6 +76,8 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
     case responseTooLarge
     /// Refused before anything was sent: a URL, header, pin or CA file that cannot be used.
     case invalidRequest(String)
+    /// libcurl, opened at the first send, is not on this host or not whole: the loader's words.
+    case clientUnavailable(String)
     /// The proxy answered CONNECT with `status` instead of opening the tunnel.
     case proxyRefused(ProxyEndpoint, status: Int)
     /// A SOCKS proxy refused the credentials of its variable, or asked for some it does not hold.
@@ -86,7 +88,8 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
         // An answer too large to read says nothing of whether the request was stored (a proxy's
         // error page, a hostile network): sending again, under the same key, loses nothing.
         case .network, .timedOut, .responseTooLarge: return true
-        case .tlsVerification, .pinMismatch, .invalidRequest: return false
+        // A library missing from the host does not come back between two attempts.
+        case .tlsVerification, .pinMismatch, .invalidRequest, .clientUnavailable: return false
         // 407 asks for credentials the proxy variable does not hold, or refuses the ones it does:
         // only the person who set it can mend that. A proxy's 502 or 503 may pass.
         case .proxyRefused(_, let status): return status != 407
@@ -102,6 +105,8 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
         case .pinMismatch: return "no pinned key matched the server's certificate chain"
         case .responseTooLarge: return "the response was larger than \(HTTPClient.maximumResponseBytes) bytes"
         case .invalidRequest(let detail): return "request not sent: \(detail)"
+        case .clientUnavailable(let detail):
+            return "request not sent: \(detail); sending needs libcurl (Debian's libcurl4)"
         case .proxyRefused(let proxy, 407):
             return "the proxy \(proxy) (from \(proxy.variable)) answered 407 Proxy Authentication Required: "
                 + "the credentials in \(proxy.variable) are missing or refused"
@@ -115,29 +120,32 @@ package enum AttemptFailure: Error, Sendable, Hashable, CustomStringConvertible 
 }
 
 /// One HTTP exchange over libcurl: one easy handle per attempt (a handle is not Sendable, and a
-/// fresh one carries no connection or state over from a failed attempt).
+/// fresh one carries no connection or state over from a failed attempt). libcurl is opened by the
+/// first attempt, not at start: what never sends never maps it.
 package enum HTTPClient {
     package static let maximumResponseBytes = 1 << 20
     static let maximumHeaderBytes = 64 << 10
     static let maximumHeaders = 100
 
-    private static let initialized: Bool = fingerly_curl_global_init() == CURLE_OK
-
     package static func perform(_ request: HTTPRequest, settings: AttemptSettings) -> Result<HTTPResponse, AttemptFailure> {
         if let problem = problem(with: request, settings: settings) { return .failure(.invalidRequest(problem)) }
-        guard initialized else { return .failure(.invalidRequest("libcurl could not be initialized")) }
-        guard let handle = curl_easy_init() else { return .failure(.invalidRequest("libcurl could not make a handle")) }
-        defer { curl_easy_cleanup(handle) }
+        if let problem = fingerly_curl_load() { return .failure(.clientUnavailable(String(cString: problem))) }
+        guard let handle = fingerly_curl_easy_init() else {
+            return .failure(.invalidRequest("libcurl could not make a handle"))
+        }
+        defer { fingerly_curl_easy_cleanup(handle) }
 
         var headerList: UnsafeMutablePointer<curl_slist>?
-        defer { curl_slist_free_all(headerList) }
+        defer { fingerly_curl_slist_free_all(headerList) }
         // What curl would add on its own is removed ("Name:" with no value), so that the fields sent
         // are the caller's plus Host and Content-Length: the dry run can show the exact request.
         // `Expect: 100-continue` would also cost a second of waiting with a server that ignores it.
         let given = Set(request.headers.map { $0.name.lowercased() })
         let removed = ["Accept", "Content-Type", "Expect"].filter { !given.contains($0.lowercased()) }.map { $0 + ":" }
         for line in request.headers.map({ "\($0.name): \($0.value)" }) + removed {
-            guard let appended = curl_slist_append(headerList, line) else { return .failure(.invalidRequest("out of memory")) }
+            guard let appended = fingerly_curl_slist_append(headerList, line) else {
+                return .failure(.invalidRequest("out of memory"))
+            }
             headerList = appended
         }
 
@@ -194,7 +202,7 @@ package enum HTTPClient {
         configured = configured && fingerly_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, context.toOpaque()) == CURLE_OK
         guard configured else { return .failure(.invalidRequest("libcurl refused an option")) }
 
-        let code = curl_easy_perform(handle)
+        let code = fingerly_curl_easy_perform(handle)
         if collector.overflowed { return .failure(.responseTooLarge) }
         guard code == CURLE_OK else {
             // curl reports a refused CONNECT as a receive error (56); the proxy's own status tells
@@ -282,7 +290,7 @@ package enum HTTPClient {
     }
 
     static func classify(_ code: CURLcode) -> AttemptFailure {
-        let text = curl_easy_strerror(code).map { String(cString: $0) } ?? "curl error"
+        let text = fingerly_curl_easy_strerror(code).map { String(cString: $0) } ?? "curl error"
         let detail = "\(text) (curl \(code.rawValue))"
         switch code {
         case CURLE_OPERATION_TIMEDOUT:
