@@ -28,16 +28,20 @@ import Testing
         let library = root + "/lib/libfingerly.so.0"
         let cli = root + "/bin/fingerly-identify"
         func gdb(_ command: String, _ file: String) throws -> String {
-            try runProcess("/usr/bin/gdb", ["-batch", "-nx", "-ex", command, file]).standardOutput
+            // gdb prints "No symbol" as an error, on standard error.
+            let run = try runProcess("/usr/bin/gdb", ["-batch", "-nx", "-ex", command, file])
+            return run.standardOutput + run.standardError
         }
-        #expect(try gdb("info address fingerly_identify", library).contains("is a function at address"))
+        // A C shim's function, local to the library: the dynamic symbol table, which stays, never has it.
+        // The library's debug file holds symbols without DWARF (scripts/install says why).
+        #expect(try gdb("info address fingerly_certificate_pin", library).contains("Symbol \"fingerly_certificate_pin\" is at"))
         #expect(try gdb("info address main", cli).contains("Symbol \"main\" is"))
 
         for directory in [root + "/lib/.debug", root + "/bin/.debug"] {
             let moved = try runProcess("/bin/mv", [directory, directory + "-moved"])
             try #require(moved.status == 0, "mv \(directory): \(moved.standardError)")
         }
-        #expect(try gdb("info address fingerly_identify", library).contains("compiled without debugging"))
+        #expect(try gdb("info address fingerly_certificate_pin", library).contains("No symbol"))
         #expect(!(try gdb("info address main", cli).contains("Symbol \"main\" is")))
     }
 }
