@@ -4,6 +4,7 @@ import FoundationEssentials
 @testable import FingerlyModel
 @testable import FingerlyEngine
 @testable import FingerlyPolicy
+@testable import FingerlyCatalogue
 @testable import FingerlyProbes
 @testable import FingerlyStore
 @testable import FingerlyTransport

@@ -5,6 +5,7 @@ import Glibc
 @testable import FingerlyHost
 @testable import FingerlyModel
 @testable import FingerlyPolicy
+@testable import FingerlyCatalogue
 @testable import FingerlyProbes
 
 /// A host tree in a temporary directory that the probes read through `--root`, so a harness runs a
