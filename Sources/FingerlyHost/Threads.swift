@@ -105,7 +105,8 @@ package final class ConditionLock: @unchecked Sendable {
     /// Waits as `wait()` does, until `deadline` (``monotonicMilliseconds()``) at the latest;
     /// false once the deadline has passed.
     package func wait(untilMonotonicMilliseconds deadline: Double) -> Bool {
-        let clamped = max(deadline, 0)
+        // Int(_:) traps past Int.max: a deadline from a configured timeout is held to about 30,000 years.
+        let clamped = deadline.isNaN ? 0 : min(max(deadline, 0), 1e15)
         var until = timespec()
         until.tv_sec = Int(clamped / 1000)
         until.tv_nsec = Int((clamped - Double(until.tv_sec) * 1000) * 1_000_000)
