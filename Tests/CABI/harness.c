@@ -9,6 +9,7 @@
  *   harness repeat N ROOT          N calls of the whole API, every result freed (for valgrind)
  */
 #include <fingerly.h>
+#include "json_output.h"
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -17,24 +18,14 @@
 
 static pthread_mutex_t output_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void put_string(const char *text) {
-    putchar('"');
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if (*c == '"' || *c == '\\') printf("\\%c", *c);
-        else if (*c < 0x20) printf("\\u%04x", *c);
-        else putchar(*c);
-    }
-    putchar('"');
-}
-
 /* result: raw JSON from the library, embedded as is. */
 static void report(const char *name, int rc, const fingerly_error *err, const char *result) {
     pthread_mutex_lock(&output_lock);
     printf("{\"case\":");
-    put_string(name);
+    put_json_string(name);
     printf(",\"rc\":%d,\"kind\":%d,\"status\":%d,\"retryable\":%s,\"terminated\":%s,\"message\":", rc, err->kind, err->status,
            err->retryable ? "true" : "false", memchr(err->message, 0, sizeof err->message) ? "true" : "false");
-    put_string(err->message);
+    put_json_string(err->message);
     printf(",\"result\":%s}\n", result ? result : "null");
     fflush(stdout);
     pthread_mutex_unlock(&output_lock);

@@ -10,20 +10,11 @@
  *   {"step":…,"rc":…,"kind":…,"retryable":…,"message":…,"libcurl":[paths],"result":…}
  */
 #include <fingerly.h>
+#include "json_output.h"
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void put_string(const char *text) {
-    putchar('"');
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if (*c == '"' || *c == '\\') printf("\\%c", *c);
-        else if (*c < 0x20) printf("\\u%04x", *c);
-        else putchar(*c);
-    }
-    putchar('"');
-}
 
 /* Every distinct mapped file whose name starts with "libcurl", as a JSON array. */
 static void put_mapped_libcurl(void) {
@@ -47,7 +38,7 @@ static void put_mapped_libcurl(void) {
         if (known || count == 16) continue;
         snprintf(seen[count], sizeof seen[count], "%s", path);
         if (count++ > 0) putchar(',');
-        put_string(path);
+        put_json_string(path);
     }
     fclose(maps);
     putchar(']');
@@ -55,9 +46,9 @@ static void put_mapped_libcurl(void) {
 
 static void report(const char *step, int rc, const fingerly_error *err, const char *result) {
     printf("{\"step\":");
-    put_string(step);
+    put_json_string(step);
     printf(",\"rc\":%d,\"kind\":%d,\"retryable\":%s,\"message\":", rc, err->kind, err->retryable ? "true" : "false");
-    put_string(err->message);
+    put_json_string(err->message);
     printf(",\"libcurl\":");
     put_mapped_libcurl();
     printf(",\"result\":%s}\n", result ? result : "null");

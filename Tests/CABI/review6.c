@@ -11,6 +11,7 @@
  *   review6 fork ROOT          calls in a child of fork() after the parent used the library
  */
 #include <fingerly.h>
+#include "json_output.h"
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -46,26 +47,16 @@ static int valid_utf8(const unsigned char *text, size_t length) {
     return 1;
 }
 
-static void put_string(const char *text) {
-    putchar('"');
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if (*c == '"' || *c == '\\') printf("\\%c", *c);
-        else if (*c < 0x20) printf("\\u%04x", *c);
-        else putchar(*c);
-    }
-    putchar('"');
-}
-
 static void report(const char *name, int rc, const fingerly_error *err) {
     pthread_mutex_lock(&output_lock);
     const char *end = memchr(err->message, 0, sizeof err->message);
     size_t length = end ? (size_t)(end - err->message) : sizeof err->message;
     int valid = valid_utf8((const unsigned char *)err->message, length);
     printf("{\"case\":");
-    put_string(name);
+    put_json_string(name);
     printf(",\"rc\":%d,\"kind\":%d,\"length\":%zu,\"validUTF8\":%s,\"terminated\":%s,\"message\":", rc, err->kind, length,
            valid ? "true" : "false", end ? "true" : "false");
-    put_string(valid && end ? err->message : "");
+    put_json_string(valid && end ? err->message : "");
     printf("}\n");
     fflush(stdout);
     pthread_mutex_unlock(&output_lock);

@@ -33,8 +33,9 @@ enum InstalledLibrary {
         let file = directory + "/\(name).c"
         try source.write(toFile: file, atomically: true, encoding: .utf8)
         let binary = directory + "/\(name)"
-        let built = try runShell("cc \"$1\" $(PKG_CONFIG_PATH=\"$2/lib/pkgconfig\" pkg-config --cflags --libs fingerly) \(extraFlags) -o \"$3\"",
-                                 file, try prefix.get(), binary)
+        // -I: the hosts of Tests/CABI share json_output.h, and the source is compiled from a copy.
+        let built = try runShell("cc \"$1\" -I\"$4/Tests/CABI\" $(PKG_CONFIG_PATH=\"$2/lib/pkgconfig\" pkg-config --cflags --libs fingerly)"
+                                 + " \(extraFlags) -o \"$3\"", file, try prefix.get(), binary, TestPaths.packageRoot)
         try #require(built.status == 0, "cc \(name): \(built.standardError)")
         return binary
     }
