@@ -11,7 +11,7 @@ import FingerlyModel
 /// Codable could only walk by guessing each value's type (a thrown error per wrong guess), and
 /// the strict reader refuses a duplicate key (the same OUI or chassis number listed twice would
 /// otherwise be decided by whichever came last) and names the path of every value it refuses.
-package struct DetectionTables: Sendable {
+package struct DetectionTables: Sendable, Equatable {
     /// One row of a pattern table: a substring and what it means.
     package struct PatternRow: Sendable, Hashable {
         /// Matched as a substring (case-insensitively where the probe says so).
@@ -84,13 +84,10 @@ package struct DetectionTables: Sendable {
         tables = try Self.tables(members, at: "$")
     }
 
-    package static let embedded: DetectionTables = {
-        do {
-            return try DetectionTables(json: PackageResources.tables_json)
-        } catch {
-            fatalError("the embedded detection tables do not load: \(error)")
-        }
-    }()
+    /// What the generated `embedded` (CompiledDetectionTables.swift) is built with.
+    init(tables: [String: Table]) {
+        self.tables = tables
+    }
 
     package func table(_ name: String) -> Table? { tables[name] }
 
