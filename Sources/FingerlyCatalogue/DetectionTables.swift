@@ -4,8 +4,9 @@ import FingerlyModel
 /// Detection tables (`probes/detection-tables.json`): vendor strings and the like, as data.
 ///
 /// Tables are held by name and typed by their shape in the data, so adding a table is an edit
-/// of the JSON alone: a probe asks for it by name (`strings`, `mapping`, `patterns`, `group`)
-/// and the policy's `inTable` finds every list of strings without a list of names in Swift.
+/// of the JSON alone (then `scripts/generate-embedded-data`): a probe asks for it by name
+/// (`strings`, `mapping`, `patterns`, `group`) and the policy's `inTable` finds every list of
+/// strings without a list of names in Swift.
 ///
 /// Read with `JSONParser` rather than Codable: the document has no fixed schema any more, which
 /// Codable could only walk by guessing each value's type (a thrown error per wrong guess), and
