@@ -64,21 +64,14 @@ let package = Package(
         .target(name: "FingerlyModel"),
         .target(name: "FingerlyHost",
                 dependencies: ["CFingerlyCPUID", "CFingerlyIntegrity", "CFingerlyTLS", "CFingerlyNetDevice", "CFingerlyFiles"]),
-        .target(
-            name: "FingerlyCatalogue",
-            dependencies: ["FingerlyModel", "FingerlyHost", "CCrypto"],
-            resources: [
-                // Symlinks to the top-level probes/ data, compiled into the binary so an
-                // installed copy never looks for the build tree.
-                .embedInCode("Embedded/catalogue.json"),
-                .embedInCode("Embedded/tables.json"),
-            ]
-        ),
+        // The catalogue, the tables and the default policy are compiled in as Swift values that
+        // scripts/generate-embedded-data writes from probes/ and policies/: an installed copy never looks
+        // for the build tree, and no process decodes JSON to start.
+        .target(name: "FingerlyCatalogue", dependencies: ["FingerlyModel", "FingerlyHost", "CCrypto"]),
         .target(name: "FingerlyProbes", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyCatalogue", "CCrypto", "CUdev", "CBlkid"]),
         .target(
             name: "FingerlyPolicy",
             dependencies: ["FingerlyModel"],
-            resources: [.embedInCode("Embedded/default-policy.json")],
             // Without it, Foundation's members (String(contentsOfFile:)…) would reach this target
             // through FingerlyModel's import: the engine must not be able to read a file.
             swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]

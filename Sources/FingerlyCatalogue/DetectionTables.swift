@@ -4,14 +4,15 @@ import FingerlyModel
 /// Detection tables (`probes/detection-tables.json`): vendor strings and the like, as data.
 ///
 /// Tables are held by name and typed by their shape in the data, so adding a table is an edit
-/// of the JSON alone: a probe asks for it by name (`strings`, `mapping`, `patterns`, `group`)
-/// and the policy's `inTable` finds every list of strings without a list of names in Swift.
+/// of the JSON alone (then `scripts/generate-embedded-data`): a probe asks for it by name
+/// (`strings`, `mapping`, `patterns`, `group`) and the policy's `inTable` finds every list of
+/// strings without a list of names in Swift.
 ///
 /// Read with `JSONParser` rather than Codable: the document has no fixed schema any more, which
 /// Codable could only walk by guessing each value's type (a thrown error per wrong guess), and
 /// the strict reader refuses a duplicate key (the same OUI or chassis number listed twice would
 /// otherwise be decided by whichever came last) and names the path of every value it refuses.
-package struct DetectionTables: Sendable {
+package struct DetectionTables: Sendable, Equatable {
     /// One row of a pattern table: a substring and what it means.
     package struct PatternRow: Sendable, Hashable {
         /// Matched as a substring (case-insensitively where the probe says so).
@@ -84,13 +85,10 @@ package struct DetectionTables: Sendable {
         tables = try Self.tables(members, at: "$")
     }
 
-    package static let embedded: DetectionTables = {
-        do {
-            return try DetectionTables(json: PackageResources.tables_json)
-        } catch {
-            fatalError("the embedded detection tables do not load: \(error)")
-        }
-    }()
+    /// What the generated `embedded` (CompiledDetectionTables.swift) is built with.
+    init(tables: [String: Table]) {
+        self.tables = tables
+    }
 
     package func table(_ name: String) -> Table? { tables[name] }
 

@@ -30,14 +30,9 @@ extension VerdictEngine {
 }
 
 extension Policy {
-    /// The policy compiled into the binary.
-    package static func embedded() -> Policy {
-        do {
-            return try PolicyLoader(vocabulary: .embedded).load(embeddedDocument, source: embeddedSource)
-        } catch {
-            fatalError("the embedded policy is invalid: \(error)")
-        }
-    }
+    /// The policy compiled into the binary: policies/default.json as the loader validates it
+    /// (CompiledDataTests loads the file and compares).
+    package static func embedded() -> Policy { compiledDefault }
 
     /// Largest policy file read; a larger one is refused, never cut short.
     package static let fileSizeLimit = 4 * 1024 * 1024

@@ -25,13 +25,6 @@ extension FreeTextHandling {
         return try fromPolicySection(top["privacy"], source: source)
     }
 
-    /// What the embedded default policy says; parsed once. A default policy that cannot say
-    /// is a build defect, and `fingerprint` is the side that keeps personal text out.
-    package static let embeddedDefault: FreeTextHandling = {
-        do {
-            return try fromPolicy(Policy.embeddedDocument, source: Policy.embeddedSource)
-        } catch {
-            return .fingerprint
-        }
-    }()
+    /// What the embedded default policy says.
+    package static var embeddedDefault: FreeTextHandling { Policy.compiledDefault.freeText }
 }

@@ -31,6 +31,11 @@ package struct ReasonTemplate: Sendable, Hashable {
         self.parts = parts
     }
 
+    /// Parts split ahead of time, for the generated default policy.
+    init(parts: [Part]) {
+        self.parts = parts
+    }
+
     var placeholders: [String] {
         parts.compactMap { if case .placeholder(let name) = $0 { name } else { nil } }
     }
