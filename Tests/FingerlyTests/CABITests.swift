@@ -90,6 +90,9 @@ struct CABITests {
         let dynamic = try runProcess("/usr/bin/readelf", ["-d", library])
         #expect(dynamic.standardOutput.contains("Library soname: [libfingerly.so.0]"))
         #expect(!dynamic.standardOutput.contains("swift"), "a Swift runtime library is NEEDED: \(dynamic.standardOutput)")
+        // The version node the symbols carry is defined (gold also listed it as an absolute symbol; lld does not).
+        let versions = try runProcess("/usr/bin/readelf", ["-V", library])
+        #expect(versions.standardOutput.contains("Name: FINGERLY_0"), "\(versions.standardOutput)")
     }
 
     @Test func readmeExampleJudgesHereWithoutTheToolchain() throws {
