@@ -11,8 +11,10 @@ package struct ProcessContextProbe: Probe {
     package func collect(into context: ProbeContext) throws(ProbeFailure) {
         let host = context.host
         let status: [String: String]
-        do { status = Self.statusFields(["Uid", "TracerPid", "PPid", "Seccomp"],
-                                                in: try host.readTextBypassingLibc("/proc/self/status")) } catch { throw ProbeFailure(error) }
+        do {
+            status = Self.statusFields(["Uid", "TracerPid", "PPid", "Seccomp"],
+                                       in: try host.readTextBypassingLibc("/proc/self/status"))
+        } catch { throw ProbeFailure(error) }
 
         if let ids = status["Uid"]?.split(whereSeparator: { $0 == " " || $0 == "\t" }).compactMap({ Int($0) }), ids.count == 4 {
             context.emit("process.uid", ids[0])
