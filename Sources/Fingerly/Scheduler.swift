@@ -38,8 +38,9 @@ enum RunSlowdown: Sendable {
 ///
 /// Each probe runs on an OS thread of its own (one kept from an earlier probe: `ProbeThreads`).
 /// The coordinator waits on a semaphore with a deadline and never on a probe, so a probe stuck
-/// in a system call is abandoned (reported `timeout`) and `run` still returns on time. Fast probes are queued before deferred ones, so the
-/// deferred tier can never starve the fast tier of slots.
+/// in a system call is abandoned (reported `timeout`) and `run` still returns on time. Fast
+/// probes are queued before deferred ones, so the deferred tier can never starve the fast tier
+/// of slots.
 struct Scheduler: Sendable {
     let budgetMs: Int
     let concurrency: Int

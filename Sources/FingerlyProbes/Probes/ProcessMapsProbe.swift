@@ -19,7 +19,9 @@ package struct ProcessMapsProbe: Probe {
         let patterns = context.tables.patterns("mappingMarkers").map { (Array($0.pattern.lowercased().utf8), $0.kind) }
         for path in Self.mappedFiles(regions).sorted() {
             let lowered = Array(path.lowercased().utf8)
-            if let marker = patterns.first(where: { Self.bytes(lowered, contain: $0.0) }) { markers.append("\(marker.1): \(path)") }
+            if let marker = patterns.first(where: { Self.bytes(lowered, contain: $0.0) }) {
+                markers.append("\(marker.1): \(path)")
+            }
         }
         context.emit("process.mapped_tool_markers", markers)
         let memfd = regions.filter { $0.permissions.utf8.contains(UInt8(ascii: "x")) && $0.path.hasPrefix("/memfd:") }.map(\.path)
@@ -103,7 +105,8 @@ package struct ProcessMapsProbe: Probe {
             return bytes[fieldStarts[number]..<end]
         }
         // Numbers read from bytes as UInt32(_:radix:) and UInt64(_:) read text, without making the text.
-        let device = field(3).split(separator: UInt8(ascii: ":")).compactMap { number(in: $0, radix: 16, below: 1 << 32) }
+        let device = field(3).split(separator: UInt8(ascii: ":"))
+            .compactMap { number(in: $0, radix: 16, below: 1 << 32) }
         guard device.count == 2, let inode = number(in: field(4), radix: 10, below: nil) else { return nil }
         // glibc's makedev encoding (a macro Swift cannot call).
         let major = device[0], minor = device[1]
