@@ -193,6 +193,9 @@ final class ProbeThreads: Sendable {
     /// The idle threads and the process they belong to: after a fork the child has none of them.
     private let idle = Mutex<(process: pid_t, workers: [Worker])>((getpid(), []))
 
+    /// How many threads wait for a probe now.
+    var idleCount: Int { idle.withLock { $0.process == getpid() ? $0.workers.count : 0 } }
+
     /// Runs `body` on an idle thread, or on a new one; false when no thread could be started.
     func start(_ body: @escaping @Sendable () -> Void) -> Bool {
         let process = getpid()
