@@ -300,13 +300,14 @@ public final class Fingerly: Sendable {
         // Before any thread starts: a tracer that then stalls every probe is still named.
         let start = CollectorStart.observe(HostFileSystem(root: options.root, log: options.accessLog))
         return await withCheckedContinuation { continuation in
-            // The coordinator blocks on a semaphore; keep it off the cooperative pool.
+            // The coordinator blocks on a semaphore; keep it off the cooperative pool. Its thread
+            // is a kept one, as a probe's is: starting one cost more than many a probe takes.
             let collect: @Sendable () -> Void = {
                 continuation.resume(returning: self.collectBlocking(tag: tag, tiers: tiers, startedAt: requestedAt,
                                                                     log: self.options.accessLog, only: probeIds, start: start,
                                                                     reusing: prefetched))
             }
-            if !startDetachedThread(collect) { collect() }
+            if !ProbeThreads.shared.start(collect) { collect() }
         }
     }
 

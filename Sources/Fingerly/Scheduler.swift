@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Dispatch
 import FingerlyCatalogue
 import Synchronization
@@ -33,10 +36,11 @@ enum RunSlowdown: Sendable {
 
 /// Runs probes concurrently under a hard wall-clock budget.
 ///
-/// Each probe runs on its own OS thread. The coordinator waits on a semaphore with a deadline
-/// and never on a probe, so a probe stuck in a system call is abandoned (reported `timeout`)
-/// and `run` still returns on time. Fast probes are queued before deferred ones, so the
-/// deferred tier can never starve the fast tier of slots.
+/// Each probe runs on an OS thread of its own (one kept from an earlier probe: `ProbeThreads`).
+/// The coordinator waits on a semaphore with a deadline and never on a probe, so a probe stuck
+/// in a system call is abandoned (reported `timeout`) and `run` still returns on time. Fast
+/// probes are queued before deferred ones, so the deferred tier can never starve the fast tier
+/// of slots.
 struct Scheduler: Sendable {
     let budgetMs: Int
     let concurrency: Int
@@ -89,7 +93,7 @@ struct Scheduler: Sendable {
                 running[index] = (startedAt, startedAt + Double(job.timeoutMs))
                 let allowance = ReadAllowance(bytes: Self.readAllowanceBytes)
                 allowances[index] = allowance
-                let started = startDetachedThread {
+                let started = ProbeThreads.shared.start {
                     let entry = Self.execute(job, in: environment, allowance: allowance, startedAt: startedAt,
                                              deadline: min(startedAt + Double(job.timeoutMs), budgetDeadline))
                     finished.withLock { $0[index] = entry }
@@ -169,6 +173,69 @@ struct Scheduler: Sendable {
                           durationMs: (monotonicMilliseconds() - startedAt).roundedToMicroseconds,
                           detail: detail, issues: context.issues, signals: context.signals,
                           identityComponents: context.components)
+    }
+}
+
+/// Probe threads kept between runs. Starting and ending a thread costs more than most probes
+/// take, and an application checks its integrity again and again; a thread done with its probe
+/// waits a while for the next one. A thread whose probe never returns never comes back, so an
+/// abandoned probe costs its thread, as before, and never a later run's.
+final class ProbeThreads: Sendable {
+    static let shared = ProbeThreads()
+    /// How long an idle thread waits for another probe before it ends.
+    static let idleMs = 2_000
+
+    private final class Worker: Sendable {
+        let wake = DispatchSemaphore(value: 0)
+        let work = Mutex<(@Sendable () -> Void)?>(nil)
+    }
+
+    /// The idle threads and the process they belong to: after a fork the child has none of them.
+    private let idle = Mutex<(process: pid_t, workers: [Worker])>((getpid(), []))
+
+    /// How many threads wait for a probe now.
+    var idleCount: Int { idle.withLock { $0.process == getpid() ? $0.workers.count : 0 } }
+
+    /// Runs `body` on an idle thread, or on a new one; false when no thread could be started.
+    func start(_ body: @escaping @Sendable () -> Void) -> Bool {
+        let process = getpid()
+        let waiting = idle.withLock { state -> Worker? in
+            if state.process != process { state = (process, []) }
+            return state.workers.popLast()
+        }
+        if let waiting {
+            waiting.work.withLock { $0 = body }
+            waiting.wake.signal()
+            return true
+        }
+        let worker = Worker()
+        worker.work.withLock { $0 = body }
+        return startDetachedThread { self.serve(worker, of: process) }
+    }
+
+    private func serve(_ worker: Worker, of process: pid_t) {
+        while let body = worker.work.withLock({ work in
+            defer { work = nil }
+            return work
+        }) {
+            body()
+            let parked = idle.withLock { state in
+                guard state.process == process else { return false }
+                state.workers.append(worker)
+                return true
+            }
+            guard parked else { return }
+            if worker.wake.wait(timeout: .now() + .milliseconds(Self.idleMs)) == .timedOut {
+                let retired = idle.withLock { state in
+                    guard let at = state.workers.firstIndex(where: { $0 === worker }) else { return false }
+                    state.workers.remove(at: at)
+                    return true
+                }
+                if retired { return }
+                // Taken just as the wait ended: its probe is on the way.
+                worker.wake.wait()
+            }
+        }
     }
 }
 

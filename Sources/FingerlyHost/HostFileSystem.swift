@@ -478,6 +478,13 @@ extension StringProtocol {
     /// Character search costs about 20,000 instructions a call, and a combining mark written after
     /// a marker's last letter would hide the marker from it.
     package func containsUTF8(_ needle: some StringProtocol) -> Bool {
+        // On the strings' own buffers when they have them: two arrays made per call cost more
+        // than the search, and a probe searches each of hundreds of mapped paths.
+        if let found = utf8.withContiguousStorageIfAvailable({ text in
+            needle.utf8.withContiguousStorageIfAvailable { pattern in utf8Buffer(text, contains: pattern) }
+        }) ?? nil {
+            return found
+        }
         let pattern = Array(needle.utf8)
         guard !pattern.isEmpty else { return true }
         let text = Array(utf8)
@@ -494,4 +501,20 @@ extension StringProtocol {
         }
         return false
     }
+}
+
+private func utf8Buffer(_ text: UnsafeBufferPointer<UInt8>, contains pattern: UnsafeBufferPointer<UInt8>) -> Bool {
+    guard !pattern.isEmpty else { return true }
+    guard text.count >= pattern.count else { return false }
+    let first = pattern[0]
+    var start = 0
+    while start <= text.count - pattern.count {
+        if text[start] == first {
+            var offset = 1
+            while offset < pattern.count && text[start + offset] == pattern[offset] { offset += 1 }
+            if offset == pattern.count { return true }
+        }
+        start += 1
+    }
+    return false
 }

@@ -24,6 +24,21 @@ package struct BoundedText {
 
     /// Appends until the limit; stops reading `piece` as soon as it no longer fits.
     package mutating func append(_ piece: some StringProtocol, escapingControls: Bool = true) {
+        // A piece with nothing to escape that fits whole before the marker comes out of the
+        // scalar loop unchanged; that loop costs hundreds of instructions a byte, and every
+        // verdict reason and probe detail passes through here on each integrity check. Read as a
+        // buffer: a caller in another module gets this function unspecialized, where a generic
+        // allSatisfy over the view costs as much as the loop.
+        let room = limit - Self.markerBytes - keptBytes
+        if !isCut, pending.isEmpty, let whole = piece.utf8.withContiguousStorageIfAvailable({ buffer -> String? in
+            guard buffer.count <= room,
+                  !escapingControls || buffer.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { return nil }
+            return String(decoding: buffer, as: UTF8.self)
+        }) ?? nil {
+            kept += whole
+            keptBytes += whole.utf8.count
+            return
+        }
         for scalar in piece.unicodeScalars {
             guard !isCut else { return }
             if escapingControls, let escape = Self.escape(scalar) {

@@ -15,10 +15,13 @@ package struct ProcessMapsProbe: Probe {
         let regions = Self.regions(maps)
 
         var markers: [String] = []
-        let patterns = context.tables.patterns("mappingMarkers").map { ($0.pattern.lowercased(), $0.kind) }
+        // Bytes made once, not per mapped file: a Swift process maps hundreds.
+        let patterns = context.tables.patterns("mappingMarkers").map { (Array($0.pattern.lowercased().utf8), $0.kind) }
         for path in Self.mappedFiles(regions).sorted() {
-            let lowered = path.lowercased()
-            if let marker = patterns.first(where: { lowered.containsUTF8($0.0) }) { markers.append("\(marker.1): \(path)") }
+            let lowered = Array(path.lowercased().utf8)
+            if let marker = patterns.first(where: { Self.bytes(lowered, contain: $0.0) }) {
+                markers.append("\(marker.1): \(path)")
+            }
         }
         context.emit("process.mapped_tool_markers", markers)
         let memfd = regions.filter { $0.permissions.utf8.contains(UInt8(ascii: "x")) && $0.path.hasPrefix("/memfd:") }.map(\.path)
@@ -69,11 +72,14 @@ package struct ProcessMapsProbe: Probe {
         var regions: [Region] = []
         let bytes = Array(maps.utf8)
         var lineStart = 0
+        // One array for every line, emptied in place: a fresh one per line was an allocation per region.
+        var fieldStarts: [Int] = []
+        fieldStarts.reserveCapacity(6)
         while lineStart < bytes.count {
             var lineEnd = lineStart
             while lineEnd < bytes.count && bytes[lineEnd] != UInt8(ascii: "\n") { lineEnd += 1 }
             var index = lineStart
-            var fieldStarts: [Int] = []
+            fieldStarts.removeAll(keepingCapacity: true)
             while index < lineEnd && fieldStarts.count < 6 {
                 while index < lineEnd && bytes[index] == UInt8(ascii: " ") { index += 1 }
                 if index < lineEnd { fieldStarts.append(index) }
@@ -93,17 +99,60 @@ package struct ProcessMapsProbe: Probe {
     }
 
     private static func identity(_ bytes: [UInt8], _ fieldStarts: [Int]) -> FileIdentity? {
-        func field(_ number: Int) -> String {
+        func field(_ number: Int) -> ArraySlice<UInt8> {
             var end = fieldStarts[number]
             while end < bytes.count && bytes[end] != UInt8(ascii: " ") { end += 1 }
-            return String(decoding: bytes[fieldStarts[number]..<end], as: UTF8.self)
+            return bytes[fieldStarts[number]..<end]
         }
-        let device = field(3).split(separator: ":").compactMap { UInt32($0, radix: 16) }
-        guard device.count == 2, let inode = UInt64(field(4)) else { return nil }
+        // Numbers read from bytes as UInt32(_:radix:) and UInt64(_:) read text, without making the text.
+        let device = field(3).split(separator: UInt8(ascii: ":"))
+            .compactMap { number(in: $0, radix: 16, below: 1 << 32) }
+        guard device.count == 2, let inode = number(in: field(4), radix: 10, below: nil) else { return nil }
         // glibc's makedev encoding (a macro Swift cannot call).
-        let major = UInt64(device[0]), minor = UInt64(device[1])
+        let major = device[0], minor = device[1]
         let encoded = ((major & 0xFFFF_F000) << 32) | ((major & 0xFFF) << 8) | ((minor & 0xFFFF_FF00) << 12) | (minor & 0xFF)
         return FileIdentity(device: encoded, inode: inode)
+    }
+
+    /// The number the bytes spell in `radix` with an optional leading "+" (as Swift's integer
+    /// parsing takes it), or nil when they spell none or one of `limit` or more.
+    private static func number(in digits: ArraySlice<UInt8>, radix: UInt64, below limit: UInt64?) -> UInt64? {
+        var digits = digits
+        if digits.first == UInt8(ascii: "+") { digits = digits.dropFirst() }
+        guard !digits.isEmpty else { return nil }
+        var value: UInt64 = 0
+        for byte in digits {
+            let digit: UInt64
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt64(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): digit = UInt64(byte - UInt8(ascii: "a")) + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): digit = UInt64(byte - UInt8(ascii: "A")) + 10
+            default: return nil
+            }
+            guard digit < radix else { return nil }
+            let (shifted, overflowShift) = value.multipliedReportingOverflow(by: radix)
+            let (sum, overflowAdd) = shifted.addingReportingOverflow(digit)
+            guard !overflowShift, !overflowAdd else { return nil }
+            value = sum
+        }
+        if let limit, value >= limit { return nil }
+        return value
+    }
+
+    /// Whether `pattern` occurs in `text`, both bytes already.
+    static func bytes(_ text: [UInt8], contain pattern: [UInt8]) -> Bool {
+        guard !pattern.isEmpty else { return true }
+        guard text.count >= pattern.count else { return false }
+        var start = 0
+        while start <= text.count - pattern.count {
+            if text[start] == pattern[0] {
+                var offset = 1
+                while offset < pattern.count && text[start + offset] == pattern[offset] { offset += 1 }
+                if offset == pattern.count { return true }
+            }
+            start += 1
+        }
+        return false
     }
 
     /// What follows the last "/", found on bytes: this runs for each of a Swift process's hundreds of regions.
