@@ -8,7 +8,8 @@ import Synchronization
 
 /// Why a host read produced no usable content.
 package enum HostReadFailure: String, Sendable, Codable, Hashable {
-    /// ENOENT/ENOTDIR: the thing is not there.
+    /// ENOENT/ENOTDIR: the thing is not there. ESRCH too: a /proc file whose thread or process ended
+    /// between its listing and its read.
     case absent
     /// EACCES/EPERM: normal for non-root users and inside containers.
     case denied
@@ -33,7 +34,7 @@ package struct HostReadError: Error, Sendable, Hashable, CustomStringConvertible
     package init(path: String, systemError: SystemError) {
         let failure: HostReadFailure
         switch systemError.code {
-        case ENOENT, ENOTDIR: failure = .absent
+        case ENOENT, ENOTDIR, ESRCH: failure = .absent
         case EACCES, EPERM: failure = .denied
         default: failure = .error
         }

@@ -1,5 +1,6 @@
 @testable import FingerlyCatalogue
 import Foundation
+import Synchronization
 import Testing
 @testable import Fingerly
 @testable import FingerlyHost
@@ -98,5 +99,35 @@ import Testing
         try FileManager.default.createSymbolicLink(atPath: root + "/usr/local/share/ca-certificates", withDestinationPath: "ca-certificates")
         let loud = Self.run(TrustStoreProbe(), root: root)
         #expect(loud.issues.contains { $0.path == "/usr/local/share/ca-certificates" && $0.status.hidesEvidence }, "\(loud.issues)")
+    }
+
+    /// ESRCH is what reading a /proc file gives once its thread has ended after the listing: the
+    /// thread is not there, which is no failure of the probe.
+    @Test func aThreadThatEndedBetweenListingAndReadingIsAbsentNotAnError() throws {
+        #expect(HostReadError(path: "/proc/self/task/1/status", systemError: SystemError(ESRCH)).failure == .absent)
+        #expect(HostReadError(path: "/proc/self/status", systemError: SystemError(EIO)).failure == .error)
+
+        // Threads that start and end while the process-context probe reads every thread's status.
+        let stop = Atomic<Bool>(false)
+        let churning = DispatchGroup()
+        for _ in 0..<2 {
+            churning.enter()
+            Thread.detachNewThread {
+                while !stop.load(ordering: .relaxed) {
+                    var thread = pthread_t()
+                    if pthread_create(&thread, nil, { _ in nil }, nil) == 0 { pthread_join(thread, nil) }
+                }
+                churning.leave()
+            }
+        }
+        defer {
+            stop.store(true, ordering: .relaxed)
+            churning.wait()
+        }
+        for _ in 0..<300 {
+            let context = Self.run(ProcessContextProbe(), root: "/")
+            #expect(context.issues.isEmpty, "\(context.issues)")
+            if !context.issues.isEmpty { break }
+        }
     }
 }
