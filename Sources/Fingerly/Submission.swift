@@ -88,12 +88,19 @@ extension Fingerly {
         let proxy = RequestTarget(url: address.identifyURL).flatMap {
             ProxyResolution.decide(for: $0, environment: proxyEnvironment()).endpoint
         }
+        let submission = SubmissionBody(
+            client: ClientInfo(proxy: proxy != nil, sdk: "fingerly-linux", version: Fingerly.version), report: report)
         let body: [UInt8]
-        do {
-            body = Array(try JSONEncoder.fingerly.encode(SubmissionBody(
-                client: ClientInfo(proxy: proxy != nil, sdk: "fingerly-linux", version: Fingerly.version), report: report)))
-        } catch {
-            throw TransportError(message: "the report cannot be serialized: \(error)", status: nil, retryable: false, code: "bad_report")
+        if let written = ReportWriter.submission(submission) {
+            body = written
+        } else {
+            // Only JSONEncoder's refusal is left to it, so the error says what it always said.
+            do {
+                body = Array(try JSONEncoder.fingerly.encode(submission))
+            } catch {
+                throw TransportError(message: "the report cannot be serialized: \(error)", status: nil,
+                                     retryable: false, code: "bad_report")
+            }
         }
         guard body.count <= Self.bodyLimit else {
             throw TransportError(message: "the report is \(body.count) bytes, above the \(Self.bodyLimit)-byte limit; ignore some attributes",

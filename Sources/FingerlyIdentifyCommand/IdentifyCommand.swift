@@ -201,11 +201,16 @@ struct IdentifyCommand {
             return .success
         }
         if json {
-            do {
-                io.standardOutput(String(decoding: try JSONEncoder.fingerly.encode(result), as: UTF8.self) + "\n")
-            } catch {
-                io.standardError("fingerly-identify: cannot encode the result: \(error)\n")
-                return .software
+            if let written = result.json {
+                io.standardOutput(String(decoding: written + [UInt8(ascii: "\n")], as: UTF8.self))
+            } else {
+                // Only JSONEncoder's refusal is left to it, so the error says what it always said.
+                do {
+                    io.standardOutput(String(decoding: try JSONEncoder.fingerly.encode(result), as: UTF8.self) + "\n")
+                } catch {
+                    io.standardError("fingerly-identify: cannot encode the result: \(error)\n")
+                    return .software
+                }
             }
         } else {
             io.standardOutput(HumanReport(result: result, colour: io.usesColour).render())

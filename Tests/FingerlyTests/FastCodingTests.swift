@@ -303,6 +303,6 @@ struct FastCodingTests {
     ])
     func timestamps(_ seconds: Int64) throws {
         let reference = try JSONEncoder.fingerly.encode(Date(timeIntervalSince1970: Double(seconds)))
-        #expect(Array(#"""#.utf8) + Array(AnswerWriter.iso8601(seconds).utf8) + Array(#"""#.utf8) == Array(reference))
+        #expect(Array(#"""#.utf8) + Array(JSONBuffer.iso8601(seconds).utf8) + Array(#"""#.utf8) == Array(reference))
     }
 }

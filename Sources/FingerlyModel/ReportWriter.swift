@@ -1,23 +1,50 @@
 import FoundationEssentials
-import FingerlyModel
 
 /// The canonical encoding of a report, byte for byte as `JSONEncoder.fingerly` writes it: what
-/// the stored event keeps of the report it judged. JSONEncoder took as long again as reading the
-/// body (a few hundred members and a sort of every signal map through its generic containers),
-/// on every request; this writes the known shape into one buffer, members in the order sorted
-/// keys give. Strings that need escaping and numbers outside the plain decimal form still go
-/// through JSONEncoder, so this writer never decides an escape or a number's spelling
-/// (`FastCodingTests` holds the two to the same bytes).
-enum ReportWriter {
-    static func report(_ report: SignalReport) -> [UInt8] {
+/// the stored event keeps of the report it judged, and what a client sends. JSONEncoder took as
+/// long again as reading the body on the server (a few hundred members and a sort of every signal
+/// map through its generic containers), and half of a CLI run's instructions; this writes the
+/// known shape into one buffer, members in the order sorted keys give (`HandWrittenJSONTests` and
+/// `FastCodingTests` hold it to JSONEncoder's bytes).
+package enum ReportWriter {
+    package static func report(_ report: SignalReport) -> [UInt8] {
         var writer = JSONBuffer(capacity: 16_384)
-        writer.write(report)
+        writer.report(report)
         return writer.bytes
+    }
+
+    /// The body of `POST /v1/identify`, as `JSONEncoder.fingerly.encode(body)` writes it; nil
+    /// when JSONEncoder would refuse the report (a NaN or an infinity).
+    package static func submission(_ body: SubmissionBody) -> [UInt8]? {
+        var writer = JSONBuffer(capacity: 16_384)
+        writer.object {
+            $0.member("client") { out in
+                out.object {
+                    $0.member("proxy") { $0.bool(body.client.proxy) }
+                    $0.member("sdk") { $0.string(body.client.sdk) }
+                    $0.member("version") { $0.string(body.client.version) }
+                }
+            }
+            $0.member("report") { $0.report(body.report) }
+        }
+        return writer.refused ? nil : writer.bytes
+    }
+
+    /// Verdict names in the order sorted keys give.
+    fileprivate static let sortedVerdictNames = VerdictName.allCases.sorted {
+        JSONBuffer.precedes($0.rawValue, $1.rawValue)
+    }
+
+    /// The verdicts as a JSON value, as `Verdicts.encode(to:)` writes them.
+    package static func verdicts(_ verdicts: Verdicts) -> [UInt8] {
+        var out = JSONBuffer(capacity: 4_096)
+        out.verdicts(verdicts)
+        return out.bytes
     }
 }
 
 extension JSONBuffer {
-    fileprivate mutating func write(_ report: SignalReport) {
+    package mutating func report(_ report: SignalReport) {
         object {
             $0.member("budgetMs") { $0.integer(report.budgetMs) }
             $0.member("collectedAt") { $0.date(report.collectedAt) }
@@ -35,7 +62,7 @@ extension JSONBuffer {
         }
     }
 
-    fileprivate mutating func write(_ probe: ProbeEntry) {
+    private mutating func write(_ probe: ProbeEntry) {
         object {
             if let detail = probe.detail { $0.member("detail") { $0.string(detail) } }
             $0.member("durationMs") { $0.real(probe.durationMs) }
@@ -70,7 +97,7 @@ extension JSONBuffer {
         }
     }
 
-    fileprivate mutating func write(_ identity: HostIdentity) {
+    private mutating func write(_ identity: HostIdentity) {
         object {
             $0.member("hardwareComponents") { $0.strings(identity.hardwareComponents) }
             if let id = identity.hardwareId { $0.member("hardwareId") { $0.string(id) } }
@@ -79,6 +106,41 @@ extension JSONBuffer {
             if let id = identity.instanceId { $0.member("instanceId") { $0.string(id) } }
             $0.member("instanceIdVersion") { $0.integer(identity.instanceIdVersion) }
             $0.member("rootOnlyEvidence") { $0.strings(identity.rootOnlyEvidence) }
+        }
+    }
+
+    /// An object keyed by verdict name, as `Verdicts.encode(to:)` writes it.
+    package mutating func verdicts(_ verdicts: Verdicts) {
+        object { out in
+            for name in ReportWriter.sortedVerdictNames { out.member(name.rawValue) { $0.verdict(verdicts[name]) } }
+        }
+    }
+
+    /// One verdict, as synthesized encoding writes it: absent optionals left out.
+    private mutating func verdict(_ verdict: Verdict) {
+        object {
+            $0.member("confidence") { $0.string(verdict.confidence.rawValue) }
+            if let kind = verdict.kind { $0.member("kind") { $0.string(kind) } }
+            $0.member("missingEvidence") {
+                $0.array(verdict.missingEvidence) { out, missing in
+                    out.object {
+                        $0.member("message") { $0.string(missing.message) }
+                        $0.member("probe") { $0.string(missing.probe) }
+                        $0.member("status") { $0.string(missing.status.rawValue) }
+                    }
+                }
+            }
+            $0.member("reasons") {
+                $0.array(verdict.reasons) { out, reason in
+                    out.object {
+                        $0.member("code") { $0.string(reason.code) }
+                        $0.member("confidence") { $0.string(reason.confidence.rawValue) }
+                        $0.member("message") { $0.string(reason.message) }
+                    }
+                }
+            }
+            if let omitted = verdict.reasonsOmitted { $0.member("reasonsOmitted") { $0.integer(omitted) } }
+            $0.member("value") { $0.bool(verdict.value) }
         }
     }
 
