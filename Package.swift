@@ -116,7 +116,10 @@ let package = Package(
                                            "-Xlinker", "-lFoundationEssentials", "-Xlinker", "-l_FoundationCShims",
                                            "-Xlinker", "-l_FoundationCollections", "-Xlinker", "-lswiftDispatch",
                                            "-Xlinker", "-ldispatch", "-Xlinker", "-lBlocksRuntime", "-Xlinker", "-lswiftSynchronization",
-                                           "-Xlinker", "--end-group"] + packedRelocations)]
+                                           "-Xlinker", "--end-group",
+                                           // Never unmapped by dlclose: the runtime's and the kept probe
+                                           // threads would go on running its code.
+                                           "-Xlinker", "-z", "-Xlinker", "nodelete"] + packedRelocations)]
         ),
 
         .testTarget(

@@ -214,11 +214,22 @@ final class ProbeThreads: Sendable {
     }
 
     private func serve(_ worker: Worker, of process: pid_t) {
-        while let body = worker.work.withLock({ work in
-            defer { work = nil }
-            return work
-        }) {
-            body()
+        // A kept thread outlives the call that made it: it takes none of the host's process signals
+        // (a host's sigwait keeps them), only the faults a thread raises itself; and it says whose it is.
+        var asynchronous = sigset_t()
+        sigfillset(&asynchronous)
+        for fault in [SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGABRT, SIGSYS] { sigdelset(&asynchronous, fault) }
+        pthread_sigmask(SIG_BLOCK, &asynchronous, nil)
+        nameCurrentThread("fingerly-probe")
+        while true {
+            // Its own scope: what the job holds (a closed instance, a run's tree) is let go before the wait.
+            do {
+                guard let body = worker.work.withLock({ work in
+                    defer { work = nil }
+                    return work
+                }) else { return }
+                body()
+            }
             let parked = idle.withLock { state in
                 guard state.process == process else { return false }
                 state.workers.append(worker)

@@ -95,6 +95,25 @@ struct CABITests {
         #expect(versions.standardOutput.contains("Name: FINGERLY_0"), "\(versions.standardOutput)")
     }
 
+    /// A plugin host unloads what it loaded: the library's threads, kept for a while after a call,
+    /// must not run unmapped code once dlclose returns (the library is never unloaded: -z nodelete).
+    @Test func aHostThatUnloadsTheLibraryKeepsRunning() throws {
+        let directory = try TestPaths.temporaryDirectory("unloading-host")
+        let binary = directory + "/unloading_host"
+        let built = try runShell("cc -Wall -Werror -I\"$1/include\" \"$1/Tests/CABI/unloading_host.c\" -o \"$2\"",
+                                 TestPaths.packageRoot, binary)
+        try #require(built.status == 0, "cc unloading_host: \(built.standardError)")
+        let state = try TestPaths.temporaryDirectory("unloading-host-state")
+        #expect(chmod(state, 0o700) == 0)
+        // Three seconds: past the two a kept probe thread waits for more work before it ends.
+        let run = try runProcess(binary, [try InstalledLibrary.library, state, "3"],
+                                 environment: try InstalledLibrary.environment())
+        #expect(run.status == 0, "\(run.status) \(run.standardError)")
+        #expect(run.standardOutput == "still running\n")
+        let dynamic = try runProcess("/usr/bin/readelf", ["-d", try InstalledLibrary.library])
+        #expect(dynamic.standardOutput.contains("NODELETE"), "\(dynamic.standardOutput)")
+    }
+
     @Test func readmeExampleJudgesHereWithoutTheToolchain() throws {
         let example = try InstalledLibrary.compile(try InstalledLibrary.readmeExample("C", fence: "c"), name: "example")
         let environment = try InstalledLibrary.environment()

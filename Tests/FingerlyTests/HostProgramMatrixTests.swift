@@ -422,6 +422,7 @@ import Testing
             let output = try Self.runReleaseCLI(under: ["/usr/bin/ltrace", "-o", "/dev/null"],
                                                 ["--no-submit", "--json", "--budget-ms", "10000"], timeout: 600)
             let result = try output.identifyResultLine()
+            #expect(result.report.budgetMs == 10_000)
             let debugger = result.verdicts.debugger
             #expect(debugger.value,
                     "\(debugger.confidence) \(debugger.codes) missing \(debugger.missingEvidence.map(\.probe))")

@@ -20,8 +20,11 @@ import Testing
     }
 
     /// Waits until a thread done with its probe has parked; no time is asserted.
-    private static func waitForIdleThread(_ pool: ProbeThreads) {
-        while pool.idleCount == 0 { usleep(1000) }
+    /// Waits for a thread to park, at most ten seconds: a pool that never parks fails the test, not hangs the suite.
+    private static func waitForIdleThread(_ pool: ProbeThreads,
+                                          sourceLocation: SourceLocation = #_sourceLocation) {
+        for _ in 0..<10_000 where pool.idleCount == 0 { usleep(1000) }
+        #expect(pool.idleCount > 0, "no thread parked within ten seconds", sourceLocation: sourceLocation)
     }
 
     @Test func aThreadDoneWithItsProbeRunsTheNextOne() {
