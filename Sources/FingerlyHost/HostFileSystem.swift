@@ -486,21 +486,10 @@ extension StringProtocol {
         }) ?? nil {
             return found
         }
-        let pattern = Array(needle.utf8)
-        guard !pattern.isEmpty else { return true }
-        let text = Array(utf8)
-        guard text.count >= pattern.count else { return false }
-        let first = pattern[0]
-        var start = 0
-        while start <= text.count - pattern.count {
-            if text[start] == first {
-                var offset = 1
-                while offset < pattern.count && text[start + offset] == pattern[offset] { offset += 1 }
-                if offset == pattern.count { return true }
-            }
-            start += 1
+        let pattern = Array(needle.utf8), text = Array(utf8)
+        return text.withUnsafeBufferPointer { text in
+            pattern.withUnsafeBufferPointer { pattern in utf8Buffer(text, contains: pattern) }
         }
-        return false
     }
 }
 
