@@ -41,7 +41,8 @@ let package = Package(
         // libcurl's header alone (libcurl4-openssl-dev): CFingerlyCurl opens the library at the first send, so
         // no pkg-config name here, whose flags would link it into every product.
         .systemLibrary(name: "CCurl"),
-        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        // Headers only: CFingerlySQLite opens libsqlite3 on the first call into it (sqlite_loader.c).
+        .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CLZ4", pkgConfig: "liblz4", providers: [.apt(["liblz4-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
@@ -53,11 +54,12 @@ let package = Package(
         .target(name: "CFingerlyText"),
         .target(name: "CFingerlyIntegrity", dependencies: ["CFingerlyText"]),
         .target(name: "CFingerlyTLS", dependencies: ["CFingerlyText"],
-                linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+                // libssl is opened on the first TLS call (ssl_loader.c).
+                linkerSettings: [.linkedLibrary("crypto")]),
         .target(name: "CFingerlyNetDevice"),
         .target(name: "CFingerlyFiles"),
         .target(name: "CFingerlyCurl"),
-        .target(name: "CFingerlySQLite", linkerSettings: [.linkedLibrary("sqlite3")]),
+        .target(name: "CFingerlySQLite"),
         .target(name: "CFingerlyHTTPD", linkerSettings: [.linkedLibrary("microhttpd")]),
         .target(name: "CFingerlyAllocator"),
 

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "fingerly_tls.h"
 #include "certificate_text.h"
+#include "ssl_loader.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -484,6 +485,8 @@ int fingerly_tls_pin_check(const char *host, const char *port, const char *proxy
     ssl = tls ? SSL_new(tls) : NULL;
     if (!ssl || SSL_set_fd(ssl, fd) != 1) {
         outcome = FINGERLY_PIN_HANDSHAKE_FAILED;
+        const char *problem = fingerly_ssl_problem();
+        if (problem) add_detail(report, problem);
         goto done;
     }
     // SNI names a host, never an address (RFC 6066).

@@ -60,7 +60,9 @@ final class SQLiteConnection {
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
         let opened = sqlite3_open_v2(path, &handle, flags, nil)
         guard opened == SQLITE_OK, let handle else {
-            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            // No handle: the library could not be loaded, or it had no memory for one.
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) }
+                ?? fingerly_sqlite_problem().map { String(cString: $0) } ?? "out of memory"
             sqlite3_close_v2(handle)
             throw StoreError("cannot open the database \(path): \(message)", isTransient: Self.isTransient(opened))
         }

@@ -11,4 +11,7 @@ int fingerly_sqlite_bind_blob(sqlite3_stmt *statement, int index, const void *by
 // file unless this is set; tests turn it off to show a commit lives in the WAL alone.
 int fingerly_sqlite_set_checkpoint_on_close(sqlite3 *database, int enabled);
 
+// Why libsqlite3 could not be used (it is opened on the first call into it, sqlite_loader.c), or NULL.
+const char *fingerly_sqlite_problem(void);
+
 #endif

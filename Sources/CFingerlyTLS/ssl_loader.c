@@ -1,0 +1,97 @@
+// libssl is opened on the first TLS call, not by the loader at start: only the pin check speaks TLS
+// itself (libcurl brings its own), and its relocations cost every start. These definitions stand in
+// for the library's, under its names, hidden, so they interpose on nothing of the host's. libssl's own
+// libcrypto is the one this program already has: the loader maps a soname once.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+// libc's declarations first: under the pragma only the library's, whose definitions here are hidden.
+#pragma GCC visibility push(hidden)
+#include <openssl/ssl.h>
+#pragma GCC visibility pop
+
+#include "ssl_loader.h"
+
+#define FINGERLY_SSL_SONAME "libssl.so.3"
+
+// Each function that returns a value once: result type, name, parameters, arguments, and its answer
+// when the library cannot be loaded, which every caller already takes as a failed handshake.
+#define FINGERLY_SSL_FUNCTIONS(F) \
+    F(SSL_CTX *, SSL_CTX_new, (const SSL_METHOD *method), (method), NULL) \
+    F(int, SSL_connect, (SSL *ssl), (ssl), -1) \
+    F(long, SSL_ctrl, (SSL *ssl, int command, long number, void *pointer), (ssl, command, number, pointer), 0) \
+    F(X509 *, SSL_get0_peer_certificate, (const SSL *ssl), (ssl), NULL) \
+    F(int, SSL_get_error, (const SSL *ssl, int result), (ssl, result), SSL_ERROR_SSL) \
+    F(STACK_OF(X509) *, SSL_get_peer_cert_chain, (const SSL *ssl), (ssl), NULL) \
+    F(SSL *, SSL_new, (SSL_CTX *context), (context), NULL) \
+    F(int, SSL_set_fd, (SSL *ssl, int fd), (ssl, fd), 0) \
+    F(const SSL_METHOD *, TLS_client_method, (void), (), NULL)
+// And those that return nothing.
+#define FINGERLY_SSL_PROCEDURES(F) \
+    F(SSL_CTX_free, (SSL_CTX *context), (context)) \
+    F(SSL_free, (SSL *ssl), (ssl)) \
+    F(SSL_set_verify, (SSL *ssl, int mode, SSL_verify_cb callback), (ssl, mode, callback))
+
+#define FINGERLY_SSL_SLOT(result, name, parameters, arguments, fallback) result (*name) parameters;
+#define FINGERLY_SSL_PROCEDURE_SLOT(name, parameters, arguments) void (*name) parameters;
+
+// Written once, under loadOnce, before `ready` is released.
+static struct {
+    FINGERLY_SSL_FUNCTIONS(FINGERLY_SSL_SLOT)
+    FINGERLY_SSL_PROCEDURES(FINGERLY_SSL_PROCEDURE_SLOT)
+} libssl;
+
+static pthread_once_t loadOnce = PTHREAD_ONCE_INIT;
+static char loadProblem[512] = FINGERLY_SSL_SONAME " could not be loaded: pthread_once failed";
+static atomic_bool ready;
+
+static void load(void) {
+    void *library = dlopen(FINGERLY_SSL_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+        const char *reason = dlerror();
+        snprintf(loadProblem, sizeof loadProblem, "%s could not be loaded: %s", FINGERLY_SSL_SONAME,
+                 reason ? reason : "no reason given");
+        return;
+    }
+#define FINGERLY_SSL_ENTRY(result, name, parameters, arguments, fallback) {#name, (void **)&libssl.name},
+#define FINGERLY_SSL_PROCEDURE_ENTRY(name, parameters, arguments) {#name, (void **)&libssl.name},
+    struct { const char *name; void **slot; } const functions[] = {
+        FINGERLY_SSL_FUNCTIONS(FINGERLY_SSL_ENTRY)
+        FINGERLY_SSL_PROCEDURES(FINGERLY_SSL_PROCEDURE_ENTRY)
+    };
+    for (size_t index = 0; index < sizeof functions / sizeof functions[0]; index++) {
+        dlerror();
+        void *address = dlsym(library, functions[index].name);
+        if (!address) {
+            const char *reason = dlerror();
+            snprintf(loadProblem, sizeof loadProblem, "%s lacks a function: %s", FINGERLY_SSL_SONAME,
+                     reason ? reason : functions[index].name);
+            return;
+        }
+        *functions[index].slot = address;
+    }
+    atomic_store_explicit(&ready, 1, memory_order_release);
+}
+
+static _Bool loaded(void) {
+    if (atomic_load_explicit(&ready, memory_order_acquire)) return 1;
+    if (pthread_once(&loadOnce, load) != 0) return 0;
+    return atomic_load_explicit(&ready, memory_order_acquire);
+}
+
+const char *fingerly_ssl_problem(void) {
+    return loaded() ? NULL : loadProblem;
+}
+
+#define FINGERLY_SSL_STUB(result, name, parameters, arguments, fallback) \
+    __attribute__((visibility("hidden"))) result name parameters { \
+        return loaded() ? libssl.name arguments : fallback; \
+    }
+#define FINGERLY_SSL_PROCEDURE_STUB(name, parameters, arguments) \
+    __attribute__((visibility("hidden"))) void name parameters { \
+        if (loaded()) libssl.name arguments; \
+    }
+FINGERLY_SSL_FUNCTIONS(FINGERLY_SSL_STUB)
+FINGERLY_SSL_PROCEDURES(FINGERLY_SSL_PROCEDURE_STUB)

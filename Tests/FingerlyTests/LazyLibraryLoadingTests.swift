@@ -1,0 +1,66 @@
+import Foundation
+import Glibc
+import Testing
+@testable import Fingerly
+
+/// libsqlite3 and libssl are opened on the first call into them, not by the loader at start: a dry run
+/// and the integrity check never store or speak TLS themselves, and the two libraries' relocations were
+/// a third of what the loader did before the CLI's first instruction. The local mode opens libsqlite3;
+/// a store that finds no usable libsqlite3 says so and takes nothing down.
+@Suite(.serialized) struct LazyLibraryLoadingTests {
+    @Test func noProductNamesLibsqlite3OrLibsslAmongItsNeededLibraries() throws {
+        for object in [TestPaths.cli, ServerProcess.executable, try InstalledLibrary.library] {
+            let dynamic = try runProcess("/usr/bin/readelf", ["-d", object])
+            try #require(dynamic.status == 0, "readelf \(object): \(dynamic.standardError)")
+            #expect(dynamic.standardOutput.contains("(NEEDED)"), "\(object): \(dynamic.standardOutput)")
+            for library in ["libsqlite3", "libssl"] {
+                #expect(!dynamic.standardOutput.contains(library), "\(object) needs \(library)")
+            }
+        }
+    }
+
+    @Test func aDryRunAndTheIntegrityCheckLoadNeitherAndTheLocalModeLoadsLibsqlite3() throws {
+        let state = try LazyHTTPClientLoadingTests.freshState("lazy-libraries")
+        let dryRun = try LazyHTTPClientLoadingTests.runTracedCLI(["--no-submit", "--json"], state: state,
+                                                                 apiKey: TestKeys.standard)
+        #expect(dryRun.status == 0, "\(dryRun.standardError.suffix(2000))")
+        let integrity = try LazyHTTPClientLoadingTests.runTracedCLI(["integrity", "--json"], state: state,
+                                                                    apiKey: TestKeys.standard)
+        #expect(integrity.status == 0, "\(integrity.standardError.suffix(2000))")
+        for (name, run) in [("--no-submit", dryRun), ("integrity", integrity)] {
+            // The loader's trace is there, so its silence on the two libraries means something. The
+            // symbol-interposition probe asks for libssl with RTLD_NOLOAD, which searches and loads nothing.
+            let initialized = run.standardError.split(separator: "\n").filter { $0.contains("calling init:") }
+            #expect(!initialized.isEmpty, "\(name): no loader trace")
+            for library in ["libsqlite3", "libssl"] {
+                #expect(!initialized.contains { $0.contains(library) }, "\(name) loaded \(library)")
+            }
+        }
+        let local = try LazyHTTPClientLoadingTests.runTracedCLI(["--tiers", "fast", "--json"], state: state,
+                                                                apiKey: nil)
+        #expect(local.status == 0, "\(local.standardError.suffix(2000))")
+        #expect(try local.identifyResult().state == .local)
+        let initialized = local.standardError.split(separator: "\n").filter { $0.contains("calling init:") }
+        #expect(initialized.contains { $0.contains("libsqlite3.so.0") }, "the local mode did not load libsqlite3")
+    }
+
+    /// A libsqlite3.so.0 of the test's making, without any of SQLite's functions, first on the path.
+    @Test func aLocalModeWithoutAUsableLibsqlite3IsAClearError() throws {
+        let directory = try TestPaths.temporaryDirectory("broken-libsqlite3")
+        let source = directory + "/empty.c"
+        try "int fingerly_test_placeholder;\n".write(toFile: source, atomically: true, encoding: .utf8)
+        let made = try runShell("cc -shared -fPIC -Wl,-soname,libsqlite3.so.0 \"$1\" -o \"$2/libsqlite3.so.0\"",
+                                source, directory)
+        try #require(made.status == 0, "\(made.standardError)")
+        let state = try LazyHTTPClientLoadingTests.freshState("broken-libsqlite3")
+        var environment = SubmissionCLITests.environment(state: state, apiKey: nil)
+        environment["LD_LIBRARY_PATH"] = directory
+        let local = try runProcess(TestPaths.cli, ["--tiers", "fast", "--json"], environment: environment)
+        #expect(local.status != 0, "the local mode ran without SQLite: \(local.standardOutput.prefix(500))")
+        #expect(local.status < 128, "ended by a signal: \(local.status)")
+        #expect(local.standardError.contains("libsqlite3.so.0 lacks a function"), "\(local.standardError)")
+        // A dry run needs no store: the same environment is no obstacle to it.
+        let dryRun = try runProcess(TestPaths.cli, ["--no-submit", "--json"], environment: environment)
+        #expect(dryRun.status == 0, "\(dryRun.standardError.suffix(2000))")
+    }
+}
