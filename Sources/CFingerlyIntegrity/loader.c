@@ -98,7 +98,9 @@ int fingerly_symbol_origin(const char *symbol, const char *library, const void *
     fingerly_loader.close(handle);
     if (!inside) return -1;
     *global_address = global;
-    if (global == inside) return 1;
+    // Nothing of the global scope defines it (a host opened the library RTLD_LOCAL, as Python's ssl
+    // module does): no lookup can be sent elsewhere, so nothing is interposed.
+    if (!global || global == inside) return 1;
     // The program itself may define the function (bash defines getenv): ELF lets every library's
     // call reach it, and that is the program, not something injected into it.
     Dl_info defining, program;
