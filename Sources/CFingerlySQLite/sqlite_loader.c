@@ -2,11 +2,10 @@
 // check and the C ABI's collection never store, and its 1,600 relocations were a fifth of the start.
 // These definitions stand in for the library's, under its names, so the store's code calls them as
 // before; hidden, they interpose on nothing of the host's or of the library's own.
-#include <dlfcn.h>
+#include "fingerly_lazy_library.h"
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
-#include <stdio.h>
 
 // libc's declarations first: under the pragma only the library's, whose definitions here are hidden.
 #pragma GCC visibility push(hidden)
@@ -67,32 +66,17 @@ static char loadProblem[512] = FINGERLY_SQLITE_SONAME " could not be loaded: pth
 static atomic_bool ready;
 
 static void load(void) {
-    void *library = dlopen(FINGERLY_SQLITE_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (!library) {
-        const char *reason = dlerror();
-        snprintf(loadProblem, sizeof loadProblem, "%s could not be loaded: %s", FINGERLY_SQLITE_SONAME,
-                 reason ? reason : "no reason given");
-        return;
-    }
 #define FINGERLY_SQLITE_ENTRY(result, name, parameters, arguments, fallback) {#name, (void **)&sqlite.name},
-    struct { const char *name; void **slot; } const functions[] = {
+    struct fingerly_lazy_function const functions[] = {
         FINGERLY_SQLITE_FUNCTIONS(FINGERLY_SQLITE_ENTRY)
         {"sqlite3_open_v2", (void **)&sqlite.sqlite3_open_v2},
         {"sqlite3_errmsg", (void **)&sqlite.sqlite3_errmsg},
         {"sqlite3_db_config", (void **)&sqlite.sqlite3_db_config},
     };
-    for (size_t index = 0; index < sizeof functions / sizeof functions[0]; index++) {
-        dlerror();
-        void *address = dlsym(library, functions[index].name);
-        if (!address) {
-            const char *reason = dlerror();
-            snprintf(loadProblem, sizeof loadProblem, "%s lacks a function: %s", FINGERLY_SQLITE_SONAME,
-                     reason ? reason : functions[index].name);
-            return;
-        }
-        *functions[index].slot = address;
+    size_t count = sizeof functions / sizeof functions[0];
+    if (fingerly_lazy_library_open(FINGERLY_SQLITE_SONAME, functions, count, loadProblem, sizeof loadProblem)) {
+        atomic_store_explicit(&ready, 1, memory_order_release);
     }
-    atomic_store_explicit(&ready, 1, memory_order_release);
 }
 
 static _Bool loaded(void) {

@@ -2,10 +2,9 @@
 // itself (libcurl brings its own), and its relocations cost every start. These definitions stand in
 // for the library's, under its names, hidden, so they interpose on nothing of the host's. libssl's own
 // libcrypto is the one this program already has: the loader maps a soname once.
-#include <dlfcn.h>
+#include "fingerly_lazy_library.h"
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 
 // libc's declarations first: under the pragma only the library's, whose definitions here are hidden.
 #pragma GCC visibility push(hidden)
@@ -48,31 +47,16 @@ static char loadProblem[512] = FINGERLY_SSL_SONAME " could not be loaded: pthrea
 static atomic_bool ready;
 
 static void load(void) {
-    void *library = dlopen(FINGERLY_SSL_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (!library) {
-        const char *reason = dlerror();
-        snprintf(loadProblem, sizeof loadProblem, "%s could not be loaded: %s", FINGERLY_SSL_SONAME,
-                 reason ? reason : "no reason given");
-        return;
-    }
 #define FINGERLY_SSL_ENTRY(result, name, parameters, arguments, fallback) {#name, (void **)&libssl.name},
 #define FINGERLY_SSL_PROCEDURE_ENTRY(name, parameters, arguments) {#name, (void **)&libssl.name},
-    struct { const char *name; void **slot; } const functions[] = {
+    struct fingerly_lazy_function const functions[] = {
         FINGERLY_SSL_FUNCTIONS(FINGERLY_SSL_ENTRY)
         FINGERLY_SSL_PROCEDURES(FINGERLY_SSL_PROCEDURE_ENTRY)
     };
-    for (size_t index = 0; index < sizeof functions / sizeof functions[0]; index++) {
-        dlerror();
-        void *address = dlsym(library, functions[index].name);
-        if (!address) {
-            const char *reason = dlerror();
-            snprintf(loadProblem, sizeof loadProblem, "%s lacks a function: %s", FINGERLY_SSL_SONAME,
-                     reason ? reason : functions[index].name);
-            return;
-        }
-        *functions[index].slot = address;
+    size_t count = sizeof functions / sizeof functions[0];
+    if (fingerly_lazy_library_open(FINGERLY_SSL_SONAME, functions, count, loadProblem, sizeof loadProblem)) {
+        atomic_store_explicit(&ready, 1, memory_order_release);
     }
-    atomic_store_explicit(&ready, 1, memory_order_release);
 }
 
 static _Bool loaded(void) {
