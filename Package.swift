@@ -53,14 +53,14 @@ let package = Package(
         // The bounded, UTF-8-safe copy every shim fills its text fields with.
         .target(name: "CFingerlyText"),
         .target(name: "CFingerlyIntegrity", dependencies: ["CFingerlyText"]),
-        // Opening a library on first use, for the C shims that do (libsqlite3, libssl).
+        // Opening a library on first use, for the C shims that do (libcurl, libsqlite3, libssl).
         .target(name: "CFingerlyLazyLibrary"),
         .target(name: "CFingerlyTLS", dependencies: ["CFingerlyText", "CFingerlyLazyLibrary"],
                 // libssl is opened on the first TLS call (ssl_loader.c).
                 linkerSettings: [.linkedLibrary("crypto")]),
         .target(name: "CFingerlyNetDevice"),
         .target(name: "CFingerlyFiles"),
-        .target(name: "CFingerlyCurl"),
+        .target(name: "CFingerlyCurl", dependencies: ["CFingerlyLazyLibrary"]),
         .target(name: "CFingerlySQLite", dependencies: ["CFingerlyLazyLibrary"]),
         .target(name: "CFingerlyHTTPD", linkerSettings: [.linkedLibrary("microhttpd")]),
         .target(name: "CFingerlyAllocator"),

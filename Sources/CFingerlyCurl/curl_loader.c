@@ -1,6 +1,6 @@
 #include "fingerly_curl.h"
 
-#include <dlfcn.h>
+#include "fingerly_lazy_library.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,14 +31,7 @@ static const char *describe(const char *what, const char *loaderText) {
 }
 
 static void load(void) {
-    // RTLD_LOCAL: curl's symbols stay out of the global scope, so nothing the host loads later binds
-    // to them by accident. RTLD_NOW: a library missing a dependency's symbol fails here, not mid-send.
-    void *library = dlopen(FINGERLY_CURL_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (!library) {
-        loadProblem = describe("could not be loaded", dlerror());
-        return;
-    }
-    struct { const char *name; void **slot; } const functions[] = {
+    struct fingerly_lazy_function const functions[] = {
         {"curl_global_init", (void **)&curl.global_init},
         {"curl_easy_init", (void **)&curl.easy_init},
         {"curl_easy_cleanup", (void **)&curl.easy_cleanup},
@@ -49,15 +42,10 @@ static void load(void) {
         {"curl_slist_append", (void **)&curl.slist_append},
         {"curl_slist_free_all", (void **)&curl.slist_free_all},
     };
-    for (size_t index = 0; index < sizeof functions / sizeof functions[0]; index++) {
-        dlerror();
-        void *address = dlsym(library, functions[index].name);
-        if (!address) {
-            loadProblem = describe("lacks a function", dlerror());
-            // The handle stays open: a host that opened the library itself keeps its own reference either way.
-            return;
-        }
-        *functions[index].slot = address;
+    size_t count = sizeof functions / sizeof functions[0];
+    if (!fingerly_lazy_library_open(FINGERLY_CURL_SONAME, functions, count, loadProblemText, sizeof loadProblemText)) {
+        loadProblem = loadProblemText;
+        return;
     }
     CURLcode initialized = curl.global_init(CURL_GLOBAL_DEFAULT);
     if (initialized != CURLE_OK) {
