@@ -244,30 +244,52 @@ public final class Fingerly: Sendable {
     ///   result (`state: .unavailable`) instead.
     public func identify(tag: String? = nil, tiers: Set<Tier>? = nil, submit: Bool = true) async throws -> IdentifyResult {
         guard submit else {
-            let report = try await collectReusingPrefetch(tag: tag, tiers: tiers ?? schedule.tiers)
-            let request = try? prepareSubmission(report).preview
-            return IdentifyResult.judgedHere(state: .collected, report: report, verdicts: Verdicts(engine.evaluate(report)),
-                                             policy: policy, request: request)
+            return judgedWithoutSubmitting(try await collectReusingPrefetch(tag: tag, tiers: tiers ?? schedule.tiers))
         }
         let (result, failure) = try await identifyReportingFailure(tag: tag, tiers: tiers)
         if let failure, !options.submission.localResultOnFailure { throw failure }
         return result
     }
 
+    /// `identify(submit: false)` on the calling thread, for the CLI: a command that never enters
+    /// Swift concurrency starts none of its threads, which cost a dry run a millisecond.
+    package func identifyWithoutSubmittingBlocking(tag: String? = nil, tiers: Set<Tier>? = nil) throws(ConsentError)
+        -> IdentifyResult {
+        judgedWithoutSubmitting(try collectReusingPrefetchBlocking(tag: tag, tiers: tiers ?? schedule.tiers))
+    }
+
+    private func judgedWithoutSubmitting(_ report: SignalReport) -> IdentifyResult {
+        IdentifyResult.judgedHere(state: .collected, report: report, verdicts: Verdicts(engine.evaluate(report)),
+                                  policy: policy, request: try? prepareSubmission(report).preview)
+    }
+
     /// `identify(submit: true)` that hands back the failure beside the local result, for the CLI
     /// (which prints the verdicts and then exits with the failure's status).
     package func identifyReportingFailure(tag: String? = nil, tiers: Set<Tier>? = nil) async throws -> (IdentifyResult, TransportError?) {
+        try requireSubmittable()
+        let report = try await collectReusingPrefetch(tag: tag, tiers: tiers ?? schedule.tiers)
+        return try await offCooperativePool { Result { try self.resolveOrSubmitBlocking(report) } }.get()
+    }
+
+    /// `identifyReportingFailure` on the calling thread, for the CLI.
+    package func identifyReportingFailureBlocking(tag: String? = nil, tiers: Set<Tier>? = nil) throws
+        -> (IdentifyResult, TransportError?) {
+        try requireSubmittable()
+        return try resolveOrSubmitBlocking(try collectReusingPrefetchBlocking(tag: tag, tiers: tiers ?? schedule.tiers))
+    }
+
+    private func requireSubmittable() throws {
         // Consent speaks first: a caller whose user has not agreed learns that, not a detail of transport.
         try requireConsent()
         guard apiKey != nil || resolvesLocally else {
             throw FingerlyError.invalidConfiguration(field: "apiKey", reason: "submitting to an endpoint needs an API key; pass one to load, or identify with submit: false")
         }
-        let report = try await collectReusingPrefetch(tag: tag, tiers: tiers ?? schedule.tiers)
+    }
+
+    private func resolveOrSubmitBlocking(_ report: SignalReport) throws(FingerlyError) -> (IdentifyResult, TransportError?) {
         let verdicts = Verdicts(engine.evaluate(report))
-        if resolvesLocally {
-            return (try await offCooperativePool { self.resolveLocallyBlocking(report, verdicts: verdicts) }.get(), nil)
-        }
-        return await offCooperativePool { self.submitBlocking(report, verdicts: verdicts) }
+        if resolvesLocally { return (try resolveLocallyBlocking(report, verdicts: verdicts).get(), nil) }
+        return submitBlocking(report, verdicts: verdicts)
     }
 
     /// Runs only the probes that the debugger, tampering, instrumentation and automation rules
@@ -294,11 +316,7 @@ public final class Fingerly: Sendable {
 
     /// The one path of every call: consent first, then the collection on a thread of its own.
     func run(tag: String?, tiers: Set<Tier>, only probeIds: Set<String>?, reusing prefetched: Prefetched? = nil) async throws(ConsentError) -> SignalReport {
-        try requireConsent()
-        // The budget counts from the caller's request, not from when the scheduler got going.
-        let requestedAt = monotonicMilliseconds()
-        // Before any thread starts: a tracer that then stalls every probe is still named.
-        let start = CollectorStart.observe(HostFileSystem(root: options.root, log: options.accessLog))
+        let (requestedAt, start) = try beginRun()
         return await withCheckedContinuation { continuation in
             // The coordinator blocks on a semaphore; keep it off the cooperative pool. Its thread
             // is a kept one, as a probe's is: starting one cost more than many a probe takes.
@@ -309,6 +327,22 @@ public final class Fingerly: Sendable {
             }
             if !ProbeThreads.shared.start(collect) { collect() }
         }
+    }
+
+    /// `run` with the coordinator on the calling thread.
+    func runBlocking(tag: String?, tiers: Set<Tier>, only probeIds: Set<String>?, reusing prefetched: Prefetched? = nil)
+        throws(ConsentError) -> SignalReport {
+        let (requestedAt, start) = try beginRun()
+        return collectBlocking(tag: tag, tiers: tiers, startedAt: requestedAt, log: options.accessLog, only: probeIds,
+                               start: start, reusing: prefetched)
+    }
+
+    private func beginRun() throws(ConsentError) -> (requestedAt: Double, start: CollectorStart) {
+        try requireConsent()
+        // The budget counts from the caller's request, not from when the scheduler got going.
+        let requestedAt = monotonicMilliseconds()
+        // Before any thread starts: a tracer that then stalls every probe is still named.
+        return (requestedAt, CollectorStart.observe(HostFileSystem(root: options.root, log: options.accessLog)))
     }
 
     /// The hasher of this instance's runs: the API key's, else the installation secret's, else

@@ -148,6 +148,12 @@ extension Fingerly {
         return await offCooperativePool { self.flushBlocking() }
     }
 
+    /// `flush` on the calling thread, for the CLI.
+    package func flushWithConsentBlocking() throws(ConsentError) -> FlushResult {
+        try requireConsent()
+        return flushBlocking()
+    }
+
     func flushBlocking() -> FlushResult {
         guard let apiKey else {
             return FlushResult(delivered: 0, dropped: 0, remaining: 0,
@@ -317,11 +323,16 @@ extension Fingerly {
     /// The report of `tiers`, with the prefetched deferred tier when it is young enough; the
     /// fast tier always runs fresh.
     func collectReusingPrefetch(tag: String?, tiers: Set<Tier>) async throws(ConsentError) -> SignalReport {
-        guard options.prefetch, tiers.contains(.deferred),
-              let prefetch = prefetched.withLock({ $0 }),
-              monotonicMilliseconds() - prefetch.collectedAt <= Double(options.prefetchMaxAgeMs) else {
-            return try await run(tag: tag, tiers: tiers, only: nil)
-        }
-        return try await run(tag: tag, tiers: tiers, only: nil, reusing: prefetch)
+        try await run(tag: tag, tiers: tiers, only: nil, reusing: usablePrefetch(for: tiers))
+    }
+
+    func collectReusingPrefetchBlocking(tag: String?, tiers: Set<Tier>) throws(ConsentError) -> SignalReport {
+        try runBlocking(tag: tag, tiers: tiers, only: nil, reusing: usablePrefetch(for: tiers))
+    }
+
+    private func usablePrefetch(for tiers: Set<Tier>) -> Prefetched? {
+        guard options.prefetch, tiers.contains(.deferred), let prefetch = prefetched.withLock({ $0 }),
+              monotonicMilliseconds() - prefetch.collectedAt <= Double(options.prefetchMaxAgeMs) else { return nil }
+        return prefetch
     }
 }

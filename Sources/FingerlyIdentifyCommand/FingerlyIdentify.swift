@@ -2,7 +2,9 @@ import Fingerly
 #if canImport(Glibc)
 import Glibc
 #endif
+import Dispatch
 import FingerlyHost
+import Synchronization
 import FingerlyModel
 import FingerlyPolicy
 import FingerlyProbes
@@ -127,7 +129,7 @@ package enum FingerlyIdentify {
 
         """
 
-    package static func main(_ arguments: [String], io: CommandIO) async -> Int32 {
+    package static func main(_ arguments: [String], io: CommandIO) -> Int32 {
         do throws(UsageError) {
             if arguments.first == "probes" {
                 let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: ProbesCommand.flags, options: [])
@@ -139,15 +141,20 @@ package enum FingerlyIdentify {
             case "consent"?:
                 let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: StateCommands.Consent.flags, options: StateCommands.Consent.options)
                 if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
-                return await (try StateCommands.Consent(parsed, environment: io.environment)).run(io).rawValue
+                let command = try StateCommands.Consent(parsed, environment: io.environment)
+                return waitFor { await command.run(io) }.rawValue
             case "flush"?:
                 let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: StateCommands.Flush.flags, options: StateCommands.Flush.options)
                 if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
-                return await (try StateCommands.Flush(parsed, environment: io.environment)).run(io).rawValue
+                let command = try StateCommands.Flush(parsed, environment: io.environment)
+                return waitFor { await command.run(io) }.rawValue
             case "events"?, "visitors"?:
                 let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: LocalStoreCommands.flags, options: LocalStoreCommands.options)
                 if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
-                return await (try LocalStoreCommands.run(arguments[0], parsed, io)).rawValue
+                let subcommand = arguments[0]
+                return try waitFor { () async throws(UsageError) -> ExitCode in
+                    try await LocalStoreCommands.run(subcommand, parsed, io)
+                }.rawValue
             case "reset"?:
                 let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: StateCommands.Reset.flags, options: StateCommands.Reset.options)
                 if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
@@ -157,13 +164,14 @@ package enum FingerlyIdentify {
             if arguments.first == "integrity" {
                 let parsed = try ParsedArguments(Array(arguments.dropFirst()), flags: IntegrityCommand.flags, options: IntegrityCommand.options)
                 if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
-                return await (try IntegrityCommand(parsed, environment: io.environment)).run(io).rawValue
+                let command = try IntegrityCommand(parsed, environment: io.environment)
+                return waitFor { await command.run(io) }.rawValue
             }
             let parsed = try ParsedArguments(arguments, flags: IdentifyCommand.flags, options: IdentifyCommand.options)
             if parsed.has("help") { io.standardOutput(help); return ExitCode.success.rawValue }
             if parsed.has("version") { io.standardOutput("fingerly-identify \(Fingerly.version)\n"); return ExitCode.success.rawValue }
             let command = try IdentifyCommand(parsed, environment: io.environment)
-            return await command.run(io).rawValue
+            return command.run(io).rawValue
         } catch {
             io.standardError("fingerly-identify: \(error.message)\nRun 'fingerly-identify --help' for usage.\n")
             return ExitCode.usage.rawValue
@@ -171,7 +179,7 @@ package enum FingerlyIdentify {
     }
 
     /// The real process: real streams and environment.
-    package static func main() async -> Int32 {
+    package static func main() -> Int32 {
         // Under a file-size limit (ulimit -f), a write past it must fail with EFBIG, which the
         // outbox reports as "not queued" (exit 74), not kill the process.
         signal(SIGXFSZ, SIG_IGN)
@@ -181,6 +189,23 @@ package enum FingerlyIdentify {
             standardError: { CommandProcess.write($0, to: STDERR_FILENO) },
             environment: environment,
             outputIsTerminal: isatty(1) == 1)
-        return await main(Array(CommandLine.arguments.dropFirst()), io: io)
+        return main(Array(CommandLine.arguments.dropFirst()), io: io)
+    }
+
+    /// Runs a subcommand that speaks to the library's async API from this synchronous entry point.
+    /// Only those subcommands start Swift concurrency's threads: the identify command and
+    /// --version run on the main thread alone.
+    static func waitFor<Failure: Error>(_ work: @escaping @Sendable () async throws(Failure) -> ExitCode)
+        throws(Failure) -> ExitCode {
+        let outcome = Mutex<Result<ExitCode, Failure>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            let result: Result<ExitCode, Failure>
+            do throws(Failure) { result = .success(try await work()) } catch { result = .failure(error) }
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        return try outcome.withLock { $0! }.get()
     }
 }

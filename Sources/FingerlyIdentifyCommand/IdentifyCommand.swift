@@ -139,7 +139,7 @@ struct IdentifyCommand {
         return rules
     }
 
-    func run(_ io: CommandIO) async -> ExitCode {
+    func run(_ io: CommandIO) -> ExitCode {
         for warning in connection.warnings { io.standardError("fingerly-identify: warning: \(warning)\n") }
         let stateDirectory = connection.resolvedStateDirectory(io.environment)
         // Another user's writable directory is refused as every command refuses it (78), before
@@ -178,19 +178,19 @@ struct IdentifyCommand {
             options.tlsPinChecks = pinChecks
             // A process about to exit flushes in the foreground, after its own report went through.
             options.flushInBackground = false
-            let fingerly = try await Fingerly.load(apiKey: connection.apiKey, endpoint: connection.endpoint, schedule: schedule,
-                                                   consent: consent, options: options)
+            let fingerly = try Fingerly.loadBlocking(apiKey: connection.apiKey, endpoint: connection.endpoint,
+                                                     schedule: schedule, consent: consent, options: options)
             if submitting {
-                (result, failure) = try await fingerly.identifyReportingFailure(tag: tag, tiers: tiers)
+                (result, failure) = try fingerly.identifyReportingFailureBlocking(tag: tag, tiers: tiers)
                 // The server answered: whatever an earlier run queued can go now.
                 if failure == nil, connection.apiKey != nil {
-                    let flushed = try await fingerly.flush()
+                    let flushed = try fingerly.flushWithConsentBlocking()
                     if flushed.delivered + flushed.dropped > 0 {
                         io.standardError("fingerly-identify: earlier queued reports: \(flushed.delivered) delivered, \(flushed.dropped) dropped, \(flushed.remaining) remaining\n")
                     }
                 }
             } else {
-                result = try await fingerly.identify(tag: tag, tiers: tiers, submit: false)
+                result = try fingerly.identifyWithoutSubmittingBlocking(tag: tag, tiers: tiers)
             }
         } catch {
             return ExitCode.failure(error, io, names: connection.names)

@@ -3,4 +3,4 @@ import FingerlyIdentifyCommand
 import Glibc
 #endif
 
-exit(await FingerlyIdentify.main())
+exit(FingerlyIdentify.main())

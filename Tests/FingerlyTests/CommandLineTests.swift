@@ -204,19 +204,19 @@ import Testing
         }
     }
 
-    @Test func humanOutputIsColourlessUnlessATerminalWithoutNoColor() async throws {
-        func render(terminal: Bool, environment: [String: String]) async -> String {
+    @Test func humanOutputIsColourlessUnlessATerminalWithoutNoColor() throws {
+        func render(terminal: Bool, environment: [String: String]) -> String {
             let buffer = Locked("")
             let io = CommandIO(standardOutput: { text in buffer.set(buffer.value + text) }, standardError: { _ in },
                                environment: environment, outputIsTerminal: terminal)
-            let status = await FingerlyIdentify.main(["--no-submit", "--root", TestPaths.fixture("kvm-qemu")], io: io)
+            let status = FingerlyIdentify.main(["--no-submit", "--root", TestPaths.fixture("kvm-qemu")], io: io)
             #expect(status == 0)
             return buffer.value
         }
-        let coloured = await render(terminal: true, environment: [:])
+        let coloured = render(terminal: true, environment: [:])
         #expect(coloured.contains("\u{1B}["))
-        #expect(!(await render(terminal: true, environment: ["NO_COLOR": "1"])).contains("\u{1B}["))
-        let plain = await render(terminal: false, environment: [:])
+        #expect(!(render(terminal: true, environment: ["NO_COLOR": "1"])).contains("\u{1B}["))
+        let plain = render(terminal: false, environment: [:])
         #expect(!plain.contains("\u{1B}["))
         // Verdicts with reasons first, then probe statuses and timings.
         let verdictsAt = try #require(plain.range(of: "Verdicts")), probesAt = try #require(plain.range(of: "Probes"))
