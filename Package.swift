@@ -37,7 +37,8 @@ let package = Package(
         // System libraries from Debian, found through pkg-config.
         .systemLibrary(name: "CUdev", pkgConfig: "libudev", providers: [.apt(["libudev-dev"])]),
         .systemLibrary(name: "CBlkid", pkgConfig: "blkid", providers: [.apt(["libblkid-dev"])]),
-        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        // Headers only: CFingerlyTLS opens libcrypto on the first call into it (crypto_loader.c).
+        .systemLibrary(name: "CCrypto", providers: [.apt(["libssl-dev"])]),
         // libcurl's header alone (libcurl4-openssl-dev): CFingerlyCurl opens the library at the first send, so
         // no pkg-config name here, whose flags would link it into every product.
         .systemLibrary(name: "CCurl"),
@@ -53,11 +54,10 @@ let package = Package(
         // The bounded, UTF-8-safe copy every shim fills its text fields with.
         .target(name: "CFingerlyText"),
         .target(name: "CFingerlyIntegrity", dependencies: ["CFingerlyText"]),
-        // Opening a library on first use, for the C shims that do (libcurl, libsqlite3, libssl).
+        // Opening a library on first use, for the C shims that do (libcurl, libsqlite3, libssl, libcrypto).
         .target(name: "CFingerlyLazyLibrary"),
-        .target(name: "CFingerlyTLS", dependencies: ["CFingerlyText", "CFingerlyLazyLibrary"],
-                // libssl is opened on the first TLS call (ssl_loader.c).
-                linkerSettings: [.linkedLibrary("crypto")]),
+        // libcrypto and libssl are opened on first use (crypto_loader.c, ssl_loader.c).
+        .target(name: "CFingerlyTLS", dependencies: ["CFingerlyText", "CFingerlyLazyLibrary"]),
         .target(name: "CFingerlyNetDevice"),
         .target(name: "CFingerlyFiles"),
         .target(name: "CFingerlyCurl", dependencies: ["CFingerlyLazyLibrary"]),
@@ -131,7 +131,7 @@ let package = Package(
             dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
                            "FingerlyIdentifyCommand", "FingerlyTransport", "FingerlyStore", "FingerlySQLiteStore",
                            "FingerlyPostgresStore", "FingerlyCatalogue", "FingerlyEngine", "FingerlyServer",
-                           "CFingerlyFiles", "CUdev", "CBlkid"]
+                           "CFingerlyFiles", "CUdev", "CBlkid", "CCrypto"]
         ),
         // Only what an application sees: `import Fingerly`, no @testable.
         .testTarget(name: "FingerlyExampleTests", dependencies: ["Fingerly"]),

@@ -1,4 +1,2 @@
 #include <openssl/crypto.h>
-#include <openssl/hmac.h>
 #include <openssl/evp.h>
-#include <openssl/sha.h>

@@ -1,7 +1,7 @@
 // libssl is opened on the first TLS call, not by the loader at start: only the pin check speaks TLS
 // itself (libcurl brings its own), and its relocations cost every start. These definitions stand in
 // for the library's, under its names, hidden, so they interpose on nothing of the host's. libssl's own
-// libcrypto is the one this program already has: the loader maps a soname once.
+// libcrypto is the one crypto_loader.c opens: the loader maps a soname once.
 #include "fingerly_lazy_library.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -11,6 +11,7 @@
 #include <openssl/ssl.h>
 #pragma GCC visibility pop
 
+#include "fingerly_tls.h"
 #include "ssl_loader.h"
 
 #define FINGERLY_SSL_SONAME "libssl.so.3"
@@ -47,6 +48,9 @@ static char loadProblem[512] = FINGERLY_SSL_SONAME " could not be loaded: pthrea
 static atomic_bool ready;
 
 static void load(void) {
+    // libcrypto first, so that it starts as crypto_loader.c says (no openssl.cnf, no atexit cleanup),
+    // not as libssl's first call would start it. Without it libssl's own opening fails, and says why.
+    (void)fingerly_crypto_problem();
 #define FINGERLY_SSL_ENTRY(result, name, parameters, arguments, fallback) {#name, (void **)&libssl.name},
 #define FINGERLY_SSL_PROCEDURE_ENTRY(name, parameters, arguments) {#name, (void **)&libssl.name},
     struct fingerly_lazy_function const functions[] = {

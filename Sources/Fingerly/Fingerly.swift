@@ -87,7 +87,6 @@ public final class Fingerly: Sendable {
                                      consent: ConsentState = .granted, options: FingerlyOptions = FingerlyOptions(),
                                      probes: [String: any Probe] = ProbeRegistry.byId,
                                      catalogue: ProbeCatalogue = .embedded) throws(FingerlyError) -> Fingerly {
-        IdentifierHasher.warmUp()
         func invalid(_ field: String, _ reason: String) -> FingerlyError { .invalidConfiguration(field: field, reason: reason) }
         guard schedule.budgetMs > 0 else { throw invalid("schedule.budgetMs", "must be positive, got \(schedule.budgetMs)") }
         guard schedule.defaultSourceTimeoutMs > 0 else {

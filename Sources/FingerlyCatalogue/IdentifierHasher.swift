@@ -1,4 +1,3 @@
-import CCrypto
 import FingerlyHost
 import FingerlyModel
 
@@ -9,36 +8,21 @@ import FingerlyModel
 package struct IdentifierHasher: Sendable {
     /// Bytes of a generated key (a run's or an installation's): as long as the HMAC's output.
     package static let keyLength = 32
-    private let key: [UInt8]
+    /// Keyed once: each identifier then costs its own blocks and two more.
+    private let code: HMACSHA256
     package let keying: IdentifierKeying
     package var freeText: FreeTextHandling = .fingerprint
-    /// Fetched once: OpenSSL 3 otherwise looks the digest up in its provider tables on every call.
-    /// Immutable after the fetch and thread-safe to use.
-    nonisolated(unsafe) private static let sha256: OpaquePointer? = {
-        // HMAC-SHA256 needs nothing from the system's openssl.cnf; parsing it was most of the
-        // cost of starting libcrypto. No atexit cleanup: a process that exits while the warm-up
-        // thread is still inside libcrypto would otherwise free the tables under it (SIGSEGV at
-        // exit, seen with a CLI that fails fast on a bad policy).
-        OPENSSL_init_crypto(UInt64(OPENSSL_INIT_NO_LOAD_CONFIG) | UInt64(OPENSSL_INIT_NO_ATEXIT), nil)
-        return EVP_MD_fetch(nil, "SHA256", nil)
-    }()
-
-    /// Starts libcrypto (a few hundred microseconds of table setup) on a thread of its own, so
-    /// the first probe that hashes does not wait for it.
-    package static func warmUp() {
-        _ = startDetachedThread { _ = sha256 }
-    }
 
     /// Keyed by the organization alone: rotating a key, or moving between environments, keeps
     /// every identifier; two organizations never share one.
     package init(organization: String, freeText: FreeTextHandling = .fingerprint) {
-        key = Array("fingerly-identifier-key-v1\norganization:\(organization)".utf8)
+        code = HMACSHA256(key: Array("fingerly-identifier-key-v1\norganization:\(organization)".utf8))
         keying = .organization
         self.freeText = freeText
     }
 
     package init(secret: [UInt8], keying: IdentifierKeying, freeText: FreeTextHandling = .fingerprint) {
-        key = secret
+        code = HMACSHA256(key: secret)
         self.keying = keying
         self.freeText = freeText
     }
@@ -52,21 +36,13 @@ package struct IdentifierHasher: Sendable {
     /// trailing newline or upper-case hex in one source does not split a host in two.
     package func hash(_ raw: String) -> String {
         let message = raw.trimmingWhitespace().utf8.map { (65...90).contains($0) ? $0 + 32 : $0 }
-        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var length: UInt32 = 0
-        let ok = key.withUnsafeBufferPointer { keyBytes in
-            message.withUnsafeBufferPointer { messageBytes in
-                digest.withUnsafeMutableBufferPointer { out in
-                    HMAC(Self.sha256 ?? EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count),
-                         messageBytes.baseAddress, messageBytes.count, out.baseAddress, &length)
-                }
-            }
-        }
-        precondition(ok != nil && length == 32, "HMAC-SHA256 failed in libcrypto")
+        var code = code
+        code.update(message)
+        let digest = code.finalize()
         let hex = Array("0123456789abcdef".utf8)
         var text: [UInt8] = []
-        text.reserveCapacity(Int(length) * 2)
-        for byte in digest.prefix(Int(length)) {
+        text.reserveCapacity(digest.count * 2)
+        for byte in digest {
             text.append(hex[Int(byte >> 4)])
             text.append(hex[Int(byte & 0xf)])
         }

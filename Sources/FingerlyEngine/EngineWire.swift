@@ -1,4 +1,3 @@
-import CCrypto
 import FoundationEssentials
 import FingerlyHost
 import FingerlyModel
@@ -28,17 +27,7 @@ extension EngineAnswer {
 
 enum EngineWire {
     /// SHA-256 of the body: what an idempotency record remembers it by.
-    static func sha256(_ bytes: [UInt8]) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: 32)
-        var length: UInt32 = 0
-        let ok = bytes.withUnsafeBufferPointer { input in
-            digest.withUnsafeMutableBufferPointer { output in
-                EVP_Digest(input.baseAddress, input.count, output.baseAddress, &length, EVP_sha256(), nil)
-            }
-        }
-        precondition(ok == 1 && length == 32, "SHA-256 failed in libcrypto")
-        return digest
-    }
+    static func sha256(_ bytes: [UInt8]) -> [UInt8] { SHA256.hash(bytes) }
 
     private static let crockford = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ".utf8)
 

@@ -1,4 +1,3 @@
-import CCrypto
 import FingerlyCatalogue
 import FingerlyHost
 import FingerlyModel
@@ -48,45 +47,22 @@ enum IdentityDerivationCheck {
 /// client sends is re-keyed before it is compared).
 package struct StoredIdentifierKeys: Sendable {
     package static let secretLength = 32
-    /// The secret padded to SHA-256's block and XORed with HMAC's inner and outer pads (RFC 2104),
-    /// once: `rekey`, run for a report's few dozen values, then costs two digests, without the
-    /// MAC set-up libcrypto's one-shot `HMAC()` repeats on every call.
-    private let innerPad: [UInt8]
-    private let outerPad: [UInt8]
+    /// Keyed once: `rekey`, run for a report's few dozen values, then costs the value's blocks and two more.
+    private let code: HMACSHA256
 
     package init(secret: [UInt8]) {
-        let blockSize = 64
-        var block = secret.count > blockSize ? Self.sha256(secret) : secret
-        block += [UInt8](repeating: 0, count: blockSize - block.count)
-        innerPad = block.map { $0 ^ 0x36 }
-        outerPad = block.map { $0 ^ 0x5C }
-    }
-
-    /// Fetched once, as IdentifierHasher does: the provider lookup is most of a digest's cost.
-    nonisolated(unsafe) private static let sha256Digest: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)
-
-    private static func sha256(_ bytes: [UInt8]) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: 32)
-        var length: UInt32 = 0
-        let ok = bytes.withUnsafeBufferPointer { input in
-            digest.withUnsafeMutableBufferPointer { output in
-                EVP_Digest(input.baseAddress, input.count, output.baseAddress, &length, sha256Digest ?? EVP_sha256(), nil)
-            }
-        }
-        precondition(ok == 1 && length == 32, "SHA-256 failed in libcrypto")
-        return digest
+        code = HMACSHA256(key: secret)
     }
 
     private static let domain = Array("fingerly-stored-identifier-v1\n".utf8)
 
     /// The stored form of one client value: HMAC-SHA256 under the secret, 64 lowercase hex digits.
     package func rekey(_ value: String) -> String {
-        var message = innerPad
-        message.reserveCapacity(innerPad.count + Self.domain.count + value.utf8.count)
-        message += Self.domain
-        message += value.utf8
-        let inner = Self.sha256(message)
-        let digest = Self.sha256(outerPad + inner)
+        var code = code
+        code.update(Self.domain)
+        var value = value
+        value.withUTF8 { code.update(UnsafeRawBufferPointer($0)) }
+        let digest = code.finalize()
         let hex = Array("0123456789abcdef".utf8)
         var text: [UInt8] = []
         text.reserveCapacity(64)

@@ -1,5 +1,11 @@
 import CFingerlyTLS
 
+/// Why libcrypto cannot be used, or nil once it is loaded. It is opened on the first call into it (the trust
+/// store's scan, a device key, a pin check), never at start; asking opens it.
+package func libcryptoProblem() -> String? {
+    fingerly_crypto_problem().map { String(cString: $0) }
+}
+
 /// One certificate as libcrypto describes it.
 package struct CertificateDescription: Sendable, Hashable {
     /// SHA-256 of the DER bytes, lowercase hex.

@@ -1,4 +1,5 @@
 import CCrypto
+import FingerlyHost
 
 /// The `Content-Digest` field (RFC 9530) of a body: `sha-256=:<base64 of SHA-256(body)>:`. It
 /// ties the signature, which covers the field, to the exact body bytes.
@@ -37,23 +38,28 @@ package enum ContentDigest {
                   claimed.count == length else {
                 return .refused("Content-Digest's \(name) is not a byte sequence of \(length) bytes")
             }
-            guard claimed == digest(body, algorithm: name) else { return .mismatch }
+            guard let computed = digest(body, algorithm: name) else {
+                return .refused("Content-Digest's \(name) cannot be checked: \(libcryptoProblem() ?? "libcrypto failed")")
+            }
+            guard claimed == computed else { return .mismatch }
             checked += 1
         }
         return checked > 0 ? .matches : .refused("Content-Digest holds no sha-256 or sha-512 digest")
     }
 
-    package static func sha256(_ bytes: [UInt8]) -> [UInt8] { digest(bytes, algorithm: "sha-256") }
+    package static func sha256(_ bytes: [UInt8]) -> [UInt8] { SHA256.hash(bytes) }
 
-    private static func digest(_ bytes: [UInt8], algorithm: String) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+    /// nil when libcrypto, which sha-512 alone needs and which is opened on first use, cannot be.
+    private static func digest(_ bytes: [UInt8], algorithm: String) -> [UInt8]? {
+        guard algorithm == "sha-512" else { return sha256(bytes) }
+        guard let method = EVP_sha512() else { return nil }
+        var digest = [UInt8](repeating: 0, count: 64)
         var length: UInt32 = 0
-        let (method, expected) = algorithm == "sha-512" ? (EVP_sha512(), 64) : (EVP_sha256(), 32)
         let hashed = bytes.withUnsafeBufferPointer { input in
             EVP_Digest(input.baseAddress, input.count, &digest, &length, method, nil)
         }
         // A digest of bytes in memory has no failure mode short of allocation failure.
-        precondition(hashed == 1 && Int(length) == expected, "\(algorithm) failed")
-        return Array(digest.prefix(expected))
+        precondition(hashed == 1 && length == 64, "sha-512 failed")
+        return digest
     }
 }

@@ -8,11 +8,14 @@ package enum DeviceKeyError: Error, Sendable, Hashable, CustomStringConvertible 
     case file(SecretFileError)
     /// libcrypto refused an operation it should not have; `operation` names it.
     case crypto(operation: String)
+    /// libcrypto, opened on the first use of a key, could not be: why.
+    case libraryUnavailable(String)
 
     package var description: String {
         switch self {
         case .file(let error): "device key: \(error)"
         case .crypto(let operation): "device key: libcrypto failed to \(operation)"
+        case .libraryUnavailable(let problem): "device key: \(problem)"
         }
     }
 }
@@ -49,6 +52,7 @@ package final class DeviceKey: @unchecked Sendable, CustomStringConvertible {
 
     /// A key from its seed; `seed` is read, not kept.
     package convenience init(seed: UnsafeRawBufferPointer) throws(DeviceKeyError) {
+        try Self.requireLibrary()
         guard seed.count == Self.seedLength,
               let key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nil, seed.baseAddress?.assumingMemoryBound(to: UInt8.self), seed.count)
         else { throw .crypto(operation: "make a key from its seed") }
@@ -70,7 +74,7 @@ package final class DeviceKey: @unchecked Sendable, CustomStringConvertible {
         do throws(SecretFileError) { secrets = try SecretDirectory(creatingIfMissing: directory) } catch { throw .file(error) }
         let seed = UnsafeMutableRawBufferPointer.allocate(byteCount: seedLength, alignment: 1)
         defer {
-            OPENSSL_cleanse(seed.baseAddress, seed.count)
+            explicit_bzero(seed.baseAddress!, seed.count)
             seed.deallocate()
         }
         if let existing = try load(from: secrets, into: seed) { return existing }
@@ -114,6 +118,7 @@ package final class DeviceKey: @unchecked Sendable, CustomStringConvertible {
     package static func ephemeral() throws(DeviceKeyError) -> DeviceKey { try generate() }
 
     private static func generate() throws(DeviceKeyError) -> DeviceKey {
+        try requireLibrary()
         guard let context = EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nil) else { throw .crypto(operation: "start key generation") }
         defer { EVP_PKEY_CTX_free(context) }
         var key: OpaquePointer?
@@ -121,6 +126,12 @@ package final class DeviceKey: @unchecked Sendable, CustomStringConvertible {
             throw .crypto(operation: "generate a key")
         }
         return try DeviceKey(key: key)
+    }
+
+    /// libcrypto is opened on first use (CFingerlyTLS's crypto_loader.c); a host without a usable one gets
+    /// its reason here, not a failed operation's name.
+    private static func requireLibrary() throws(DeviceKeyError) {
+        if let problem = libcryptoProblem() { throw .libraryUnavailable(problem) }
     }
 
     /// The 64-byte Ed25519 signature of `message`.

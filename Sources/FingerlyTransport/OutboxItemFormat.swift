@@ -1,4 +1,4 @@
-import CCrypto
+import FingerlyHost
 
 /// One queued request as a file. Every integer big-endian:
 ///
@@ -132,17 +132,7 @@ package enum OutboxItemFormat {
         }
     }
 
-    static func sha256(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var length: UInt32 = 0
-        let ok = bytes.withUnsafeBufferPointer { input in
-            digest.withUnsafeMutableBufferPointer { output in
-                EVP_Digest(input.baseAddress, input.count, output.baseAddress, &length, EVP_sha256(), nil)
-            }
-        }
-        precondition(ok == 1 && length == 32, "SHA-256 failed in libcrypto")
-        return Array(digest.prefix(32))
-    }
+    static func sha256(_ bytes: ArraySlice<UInt8>) -> [UInt8] { SHA256.hash(bytes) }
 
     private struct Reader {
         let bytes: [UInt8]

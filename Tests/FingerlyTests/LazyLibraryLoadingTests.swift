@@ -63,4 +63,69 @@ import Testing
         let dryRun = try runProcess(TestPaths.cli, ["--no-submit", "--json"], environment: environment)
         #expect(dryRun.status == 0, "\(dryRun.standardError.suffix(2000))")
     }
+
+    // libcrypto: a dry run of the fast tier hashes with FingerlyHost's SHA-256 and needs nothing else of it.
+
+    @Test func noProductNamesLibcryptoAmongItsNeededLibraries() throws {
+        for object in [TestPaths.cli, ServerProcess.executable, try InstalledLibrary.library] {
+            let dynamic = try runProcess("/usr/bin/readelf", ["-d", object])
+            try #require(dynamic.status == 0, "readelf \(object): \(dynamic.standardError)")
+            #expect(dynamic.standardOutput.contains("(NEEDED)"), "\(object): \(dynamic.standardOutput)")
+            #expect(!dynamic.standardOutput.contains("libcrypto"), "\(object) needs libcrypto")
+        }
+    }
+
+    static func loadsLibcrypto(_ run: ProcessOutput) -> Bool {
+        run.standardError.split(separator: "\n").contains { $0.contains("calling init:") && $0.contains("libcrypto.so") }
+    }
+
+    @Test func aFastDryRunAndTheIntegrityCheckDoNotLoadLibcryptoAndAFullRunOrTheLocalModeDo() throws {
+        let state = try LazyHTTPClientLoadingTests.freshState("lazy-libcrypto")
+        let fastDryRun = try LazyHTTPClientLoadingTests.runTracedCLI(["--no-submit", "--json", "--tiers", "fast"],
+                                                                     state: state, apiKey: TestKeys.standard)
+        let integrity = try LazyHTTPClientLoadingTests.runTracedCLI(["integrity", "--json"], state: state,
+                                                                    apiKey: TestKeys.standard)
+        for (name, run) in [("--no-submit --tiers fast", fastDryRun), ("integrity", integrity)] {
+            #expect(run.status == 0, "\(name): \(run.standardError.suffix(2000))")
+            #expect(run.standardError.contains("calling init:"), "\(name): no loader trace")
+            #expect(!Self.loadsLibcrypto(run), "\(name) loaded libcrypto")
+        }
+        // The trust-store probe parses certificates with libcrypto: a full run opens it and the probe reports.
+        let fullDryRun = try LazyHTTPClientLoadingTests.runTracedCLI(["--no-submit", "--json"], state: state,
+                                                                     apiKey: TestKeys.standard)
+        #expect(fullDryRun.status == 0, "\(fullDryRun.standardError.suffix(2000))")
+        #expect(Self.loadsLibcrypto(fullDryRun), "the trust-store probe did not load libcrypto")
+        let trustStore = try fullDryRun.identifyResult().report.probe("trust-store")
+        #expect(trustStore.status == .ok, "\(trustStore.status): \(trustStore.detail ?? "")")
+        // The local mode signs its request with the device key: Ed25519 is libcrypto's.
+        let local = try LazyHTTPClientLoadingTests.runTracedCLI(["--tiers", "fast", "--json"], state: state, apiKey: nil)
+        #expect(local.status == 0, "\(local.standardError.suffix(2000))")
+        #expect(try local.identifyResult().state == .local)
+        #expect(Self.loadsLibcrypto(local), "the local mode did not load libcrypto")
+    }
+
+    /// A libcrypto.so.3 of the test's making, without any of libcrypto's functions, first on the path.
+    @Test func aFullRunWithoutAUsableLibcryptoNamesItInTheTrustStoreProbe() throws {
+        let directory = try TestPaths.temporaryDirectory("broken-libcrypto")
+        let source = directory + "/empty.c"
+        try "int fingerly_test_placeholder;\n".write(toFile: source, atomically: true, encoding: .utf8)
+        let made = try runShell("cc -shared -fPIC -Wl,-soname,libcrypto.so.3 \"$1\" -o \"$2/libcrypto.so.3\"",
+                                source, directory)
+        try #require(made.status == 0, "\(made.standardError)")
+        let state = try LazyHTTPClientLoadingTests.freshState("broken-libcrypto")
+        var environment = SubmissionCLITests.environment(state: state, apiKey: TestKeys.standard)
+        environment["LD_LIBRARY_PATH"] = directory
+        let run = try runProcess(TestPaths.cli, ["--no-submit", "--json"], environment: environment)
+        #expect(run.status == 0, "\(run.standardError.suffix(2000))")
+        let trustStore = try run.identifyResult().report.probe("trust-store")
+        #expect(trustStore.status == .error)
+        #expect(trustStore.detail?.contains("libcrypto.so.3 lacks a function") == true, "\(trustStore.detail ?? "")")
+        // Without a key to sign with, the local mode resolves the visitor unsigned, as it does without a state
+        // directory's key: the request binds no key, and nothing ends by a signal.
+        var localEnvironment = SubmissionCLITests.environment(state: state, apiKey: nil)
+        localEnvironment["LD_LIBRARY_PATH"] = directory
+        let local = try runProcess(TestPaths.cli, ["--tiers", "fast", "--json"], environment: localEnvironment)
+        #expect(local.status == 0, "\(local.standardError.suffix(2000))")
+        #expect(try local.identifyResult().state == .local)
+    }
 }

@@ -41,6 +41,10 @@ typedef struct {
     bool cut;
 } fingerly_list_extent;
 
+/// Why libcrypto could not be used (it is opened on the first call into it, crypto_loader.c), or NULL once it
+/// is. Every function below that needs it fails, as it says, without it.
+const char *fingerly_crypto_problem(void);
+
 /// The SHA-256 fingerprint of every certificate in PEM text, without parsing them, into
 /// `fingerprints`. Returns 0, or -errno (-EFBIG for text libcrypto cannot take, -ENOMEM).
 int fingerly_certificate_fingerprints(const char *pem, size_t length, fingerly_fingerprint *fingerprints,

@@ -123,6 +123,8 @@ package struct TrustStoreProbe: Probe {
     package let id = "trust-store"
 
     package func collect(into context: ProbeContext) throws(ProbeFailure) {
+        // The scans below are libcrypto's, opened here on first use: without it there is no store to describe.
+        if let problem = libcryptoProblem() { throw ProbeFailure(.error, problem) }
         let host = context.host
         if let store = TrustStore.read(context) {
             context.emit("tls.trust_store_certificates", store.trustedCount)
