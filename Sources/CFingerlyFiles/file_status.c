@@ -21,6 +21,9 @@ int fingerly_status_fd(int fd, fingerly_file_status *out) {
     out->uid = info.stx_uid;
     out->size = info.stx_size;
     out->modified_seconds = info.stx_mtime.tv_sec;
+    out->modified_nanoseconds = info.stx_mtime.tv_nsec;
+    out->changed_seconds = info.stx_ctime.tv_sec;
+    out->changed_nanoseconds = info.stx_ctime.tv_nsec;
     out->birth_seconds = (info.stx_mask & STATX_BTIME) && info.stx_btime.tv_sec > 0 ? info.stx_btime.tv_sec : -1;
     out->device = makedev(info.stx_dev_major, info.stx_dev_minor);
     out->inode = info.stx_ino;

@@ -14,6 +14,9 @@ extension Fingerly {
         var environment = ProbeEnvironment(host: host, tables: .embedded,
                                            filter: filter, hasher: hasher)
         environment.pinChecks = options.tlsPinChecks
+        if !warmingUp, let directory = options.stateDirectory ?? StateDirectory.defaultPathForThisProcess() {
+            environment.trustStoreCacheStorage = TrustStoreCacheFile(directory: directory)
+        }
         let start = start ?? CollectorStart.observe(environment.host)
         // Under a binary translator every probe runs slower by about as much: without more time the
         // probes that would see it time out first. The budget still ends the run.

@@ -23,6 +23,7 @@ struct ProbeEnvironment: Sendable {
     let filter: AttributeFilter
     let hasher: IdentifierHasher
     var pinChecks: [TLSPinCheck] = []
+    var trustStoreCacheStorage: (any TrustStoreCacheStorage)?
 }
 
 /// What the collector saw of its own speed before a run.
@@ -158,6 +159,7 @@ struct Scheduler: Sendable {
         let context = ProbeContext(host: environment.host.limited(by: allowance), tables: environment.tables,
                                    filter: environment.filter, hasher: environment.hasher, pinChecks: environment.pinChecks)
         context.deadline = deadline
+        context.trustStoreCacheStorage = environment.trustStoreCacheStorage
         var status: ProbeStatus
         var detail: String?
         do {

@@ -220,6 +220,66 @@ enum InstallationSecret {
     private static func describe(_ code: Int32) -> String { SystemError(code).description }
 }
 
+/// The trust-store probe's cache (`trust-store-cache`): per certificate file, by its identity,
+/// the SHA-256 fingerprints of the packaged roots it held. Only a cache: a copy that is not
+/// this user's, is writable by others, is no regular file or is larger than its limit is ignored
+/// and replaced; deleting it costs one run the reads it saves.
+struct TrustStoreCacheFile: TrustStoreCacheStorage {
+    static let fileName = "trust-store-cache"
+    let directory: String
+
+    func load() -> [UInt8]? {
+        let directoryFd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directoryFd >= 0 else { return nil }
+        defer { close(directoryFd) }
+        var directoryInfo = stat()
+        guard fstat(directoryFd, &directoryInfo) == 0, directoryInfo.st_uid == geteuid() || directoryInfo.st_uid == 0,
+              directoryInfo.st_mode & 0o022 == 0 else { return nil }
+        let fd = openat(directoryFd, Self.fileName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, StateDirectory.untrustedFile(info, othersMode: 0o022) == nil,
+              info.st_size <= TrustStoreCache.byteLimit else { return nil }
+        var bytes = [UInt8](repeating: 0, count: Int(info.st_size) + 1)
+        var filled = 0
+        // One byte past the size it had: a file that grew since fstat is not read in part.
+        while filled < bytes.count {
+            let result = bytes.withUnsafeMutableBytes { buffer in
+                retryingOnInterrupt { read(fd, buffer.baseAddress! + filled, buffer.count - filled) }
+            }
+            guard case .success(let count) = result else { return nil }
+            if count == 0 { break }
+            filled += count
+        }
+        guard filled <= Int(info.st_size) else { return nil }
+        return Array(bytes[0..<filled])
+    }
+
+    /// Written under a name of its own and renamed over the old copy: a reader sees one whole
+    /// file or the other. Not synced: a copy torn by a crash fails the parser and is rebuilt.
+    func save(_ contents: [UInt8]) {
+        guard contents.count <= TrustStoreCache.byteLimit,
+              case .success(let directoryFd) = StateDirectory.openOwned(directory) else { return }
+        defer { close(directoryFd) }
+        let temporary = ".\(Self.fileName).\(randomBytes(8).map { String($0, radix: 16) }.joined())"
+        let fd = openat(directoryFd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        var offset = 0
+        while offset < contents.count {
+            let result = contents.withUnsafeBytes { buffer in
+                retryingOnInterrupt { write(fd, buffer.baseAddress! + offset, buffer.count - offset) }
+            }
+            guard case .success(let count) = result, count > 0 else { break }
+            offset += count
+        }
+        close(fd)
+        if offset != contents.count || renameat(directoryFd, temporary, directoryFd, Self.fileName) != 0 {
+            unlinkat(directoryFd, temporary, 0)
+        }
+    }
+}
+
 extension FingerlyOptions {
     /// The state directory a process started with `environment` uses by default:
     /// `$FINGERLY_STATE_DIR`, else `$STATE_DIRECTORY` (systemd), else /var/lib/fingerly for root, else

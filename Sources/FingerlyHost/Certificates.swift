@@ -54,6 +54,12 @@ package struct TrustedCertificateScan: Sendable, Hashable {
     /// Local certificates there were, described or not.
     package let localFound: Int
     package var isCut: Bool { local.count < localFound }
+
+    package init(packagedCount: Int, local: [LocalCertificate], localFound: Int) {
+        self.packagedCount = packagedCount
+        self.local = local
+        self.localFound = localFound
+    }
 }
 
 package enum Certificates {

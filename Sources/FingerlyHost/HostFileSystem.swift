@@ -181,6 +181,10 @@ package struct HostFileSystem: Sendable {
         log?.record(path)
         let (fd, status) = try openForReading(path, what: "a regular file") { $0.isRegularFile }
         defer { close(fd) }
+        return try read(fd, status: status, path: path, limit: limit)
+    }
+
+    private func read(_ fd: Int32, status: FileStatus, path: String, limit: Int) throws(HostReadError) -> [UInt8] {
         let wantedTotal = min(limit, allowance.map { $0.remaining } ?? limit)
         var bytes: [UInt8] = []
         // A regular file says its size: one allocation of exactly what will be read, instead of
@@ -219,6 +223,26 @@ package struct HostFileSystem: Sendable {
             throw HostReadError(.malformed, path: path, detail: Self.oversizedDetail(limit))
         }
         return bytes
+    }
+
+    /// `readWhole`, unless `known` recognises the file by its identity (device, inode, size,
+    /// modification and change times) before a byte of it is read: then what it gave. The
+    /// identity is that of the very inode the bytes would have been read from.
+    package func readWhole<Known>(_ path: String, limit: Int, unless known: (FileIdentity) -> Known?)
+        throws(HostReadError) -> WholeFileRead<Known> {
+        log?.record(path)
+        let (fd, status) = try openForReading(path, what: "a regular file") { $0.isRegularFile }
+        defer { close(fd) }
+        if let found = known(status.identity) {
+            // Charged as if read: a file known from an earlier run must not let a probe read more.
+            allowance?.charge(Int(min(status.size, UInt64(limit))))
+            return .known(found)
+        }
+        let bytes = try read(fd, status: status, path: path, limit: limit + 1)
+        guard bytes.count <= limit else {
+            throw HostReadError(.malformed, path: path, detail: Self.oversizedDetail(limit))
+        }
+        return .read(bytes, status.identity)
     }
 
     package static func oversizedDetail(_ limit: Int) -> String {
@@ -418,6 +442,36 @@ package struct HostFileSystem: Sendable {
     }
 }
 
+/// What tells one version of a file from another without reading it. The change time (ctime)
+/// is set by the kernel on every write, rename, chmod or chown, and no unprivileged caller can
+/// set it back, unlike the modification time.
+package struct FileIdentity: Sendable, Hashable {
+    package let device: UInt64
+    package let inode: UInt64
+    package let size: UInt64
+    package let modifiedSeconds: Int64
+    package let modifiedNanoseconds: UInt32
+    package let changedSeconds: Int64
+    package let changedNanoseconds: UInt32
+
+    package init(device: UInt64, inode: UInt64, size: UInt64, modifiedSeconds: Int64, modifiedNanoseconds: UInt32,
+                 changedSeconds: Int64, changedNanoseconds: UInt32) {
+        self.device = device
+        self.inode = inode
+        self.size = size
+        self.modifiedSeconds = modifiedSeconds
+        self.modifiedNanoseconds = modifiedNanoseconds
+        self.changedSeconds = changedSeconds
+        self.changedNanoseconds = changedNanoseconds
+    }
+}
+
+/// A whole file read, or recognised from its identity and not read.
+package enum WholeFileRead<Known> {
+    case known(Known)
+    case read([UInt8], FileIdentity)
+}
+
 /// O_PATH: a descriptor that names a file without opening it for reading.
 package let fingerlyOpenPath = fingerly_open_path_flag
 
@@ -427,6 +481,9 @@ package struct FileStatus: Sendable, Hashable {
     let ownerId: UInt32
     let size: UInt64
     package let modifiedSeconds: Int64
+    let modifiedNanoseconds: UInt32
+    let changedSeconds: Int64
+    let changedNanoseconds: UInt32
     package let birthSeconds: Int64?
     /// st_dev as stat(2) encodes it, and st_ino.
     package let device: UInt64
@@ -437,9 +494,18 @@ package struct FileStatus: Sendable, Hashable {
         ownerId = raw.uid
         size = raw.size
         modifiedSeconds = raw.modified_seconds
+        modifiedNanoseconds = raw.modified_nanoseconds
+        changedSeconds = raw.changed_seconds
+        changedNanoseconds = raw.changed_nanoseconds
         birthSeconds = raw.birth_seconds < 0 ? nil : raw.birth_seconds
         device = raw.device
         inode = raw.inode
+    }
+
+    package var identity: FileIdentity {
+        FileIdentity(device: device, inode: inode, size: size, modifiedSeconds: modifiedSeconds,
+                     modifiedNanoseconds: modifiedNanoseconds, changedSeconds: changedSeconds,
+                     changedNanoseconds: changedNanoseconds)
     }
 
     private var type: UInt32 { mode & UInt32(S_IFMT) }

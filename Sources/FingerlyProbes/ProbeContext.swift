@@ -12,6 +12,8 @@ package final class ProbeContext {
     /// When the scheduler abandons this probe (monotonic ms): work that can wait on the network
     /// must end by then, since an abandoned thread runs on unobserved.
     package var deadline: Double = .infinity
+    /// Where the trust store's cache is kept; nil without a usable state directory (no cache).
+    package var trustStoreCacheStorage: (any TrustStoreCacheStorage)?
     private let filter: AttributeFilter
     private let hasher: IdentifierHasher
     package private(set) var signals: [String: SignalValue] = [:]

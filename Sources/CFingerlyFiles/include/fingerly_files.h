@@ -28,6 +28,11 @@ typedef struct {
     uint32_t uid;
     uint64_t size;
     int64_t modified_seconds;
+    /// The nanoseconds of the modification time, and the inode change time (ctime), which no
+    /// unprivileged caller can set: together with the identity they tell a rewritten file.
+    uint32_t modified_nanoseconds;
+    uint32_t changed_nanoseconds;
+    int64_t changed_seconds;
     /// -1 when the filesystem keeps no birth time.
     int64_t birth_seconds;
     /// st_dev as stat(2) encodes it (makedev), and st_ino: a file's identity.

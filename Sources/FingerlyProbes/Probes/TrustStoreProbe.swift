@@ -39,22 +39,45 @@ package struct TrustStore {
             // of an added root must not push it past what is read.
             context.attemptIfPresent { () throws(HostReadError) in try host.readWhole(path, limit: Self.fileLimit) }
         }
-        func fingerprints(_ path: String) -> [String] {
-            guard let contents = bytes(path) else { return [] }
+        func fingerprints(_ path: String, of contents: [UInt8]) -> CertificateFingerprints? {
             do {
                 // Fingerprints only: decoding base64 and hashing costs a fraction of a full X.509 parse.
                 let found = try Certificates.fingerprints(ofPEM: contents)
                 if found.isCut { context.recordMalformed(path, Self.fingerprintCutDetail) }
-                return found.fingerprints
+                return found
             } catch {
                 context.record(HostReadError(path: path, systemError: error))
-                return []
+                return nil
+            }
+        }
+        func fingerprints(_ path: String) -> [String] {
+            guard let contents = bytes(path) else { return [] }
+            return fingerprints(path, of: contents)?.fingerprints ?? []
+        }
+        let cache = context.trustStoreCacheStorage.map { storage in
+            TrustStoreCache(contents: storage.load(), now: storage.currentSeconds())
+        }
+        /// The packaged roots' files only: what the cache keeps must be public.
+        func packagedFingerprints(_ path: String) -> [String] {
+            guard let cache else { return fingerprints(path) }
+            let outcome = context.attemptIfPresent { () throws(HostReadError) in
+                try host.readWhole(path, limit: Self.fileLimit) { cache.fingerprints(of: $0) }
+            }
+            switch outcome {
+            case nil: return []
+            case .known(let known)?: return known
+            case .read(let contents, let identity)?:
+                guard let found = fingerprints(path, of: contents) else { return [] }
+                if !found.isCut {
+                    cache.remember(identity, fingerprints: found.fingerprints, scannedAllPackaged: false)
+                }
+                return found.fingerprints
             }
         }
 
         var packaged: Set<String> = []
         for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(Self.packaged) }) ?? [] where name.hasSuffix(".crt") {
-            packaged.formUnion(fingerprints(Self.packaged + "/" + name))
+            packaged.formUnion(packagedFingerprints(Self.packaged + "/" + name))
         }
         var local: Set<String> = []
         func addLocal(_ directory: String, depth: Int) {
@@ -89,7 +112,25 @@ package struct TrustStore {
         var packagedCount = 0
         var readAny = false
         for path in sources {
-            guard let contents = bytes(path) else { continue }
+            let contents: [UInt8]
+            var identity: FileIdentity?
+            if let cache {
+                let outcome = context.attemptIfPresent { () throws(HostReadError) in
+                    try host.readWhole(path, limit: Self.fileLimit) { cache.packagedCount(of: $0, packaged: packaged) }
+                }
+                switch outcome {
+                case nil: continue
+                case .known(let count)?:
+                    // The scan's answer for a file of packaged roots only, all of them still packaged.
+                    readAny = true
+                    packagedCount = max(packagedCount, count)
+                    continue
+                case .read(let read, let readIdentity)?: (contents, identity) = (read, readIdentity)
+                }
+            } else {
+                guard let read = bytes(path) else { continue }
+                contents = read
+            }
             readAny = true
             let source = (path: path, bytes: contents)
             let scan: TrustedCertificateScan
@@ -98,6 +139,14 @@ package struct TrustStore {
             } catch {
                 context.record(HostReadError(path: path, systemError: error))
                 continue
+            }
+            // Kept only when every certificate was a packaged root: one the scan could not parse
+            // is in neither of its counts but is fingerprinted, so the counts would disagree. try?
+            // justified: a failure here only means nothing is kept.
+            if let cache, let identity, scan.local.isEmpty, scan.localFound == 0,
+               let found = try? Certificates.fingerprints(ofPEM: contents), !found.isCut,
+               found.fingerprints.count == scan.packagedCount {
+                cache.remember(identity, fingerprints: found.fingerprints, scannedAllPackaged: true)
             }
             if scan.isCut { context.recordMalformed(path, Self.scanCutDetail) }
             if scan.local.contains(where: \.certificate.hasTruncatedName) { context.recordMalformed(path, Self.nameCutDetail) }
@@ -109,6 +158,9 @@ package struct TrustStore {
                     : source.path == Self.bundle ? "the bundle only" : source.path
                 roots.append(LocalRoot(certificate: certificate, source: how, impersonates: found.impersonatesPackaged))
             }
+        }
+        if let cache, let storage = context.trustStoreCacheStorage, cache.needsSaving {
+            storage.save(cache.serialized())
         }
         guard readAny else { return nil }
         return TrustStore(trustedCount: packagedCount + roots.count, packagedCount: packagedCount, localRoots: roots)

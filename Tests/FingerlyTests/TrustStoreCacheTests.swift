@@ -1,0 +1,291 @@
+import Glibc
+import Synchronization
+import Testing
+@testable import Fingerly
+@testable import FingerlyHost
+@testable import FingerlyModel
+@testable import FingerlyProbes
+
+/// The trust store's cache: an unchanged certificate file is known again from its identity and
+/// not read; whatever the cache holds, the probe says what a run without it says.
+@Suite struct TrustStoreCacheTests {
+    static let opensslAvailable = ShimOverflowTests.opensslAvailable
+
+    final class MemoryStorage: TrustStoreCacheStorage {
+        let contents: Mutex<[UInt8]?>
+        let saves = Atomic<Int>(0)
+        /// The wall clock it tells: by default far enough ahead that every file of a tree made
+        /// just now has settled.
+        let clock: Int64?
+        init(_ contents: [UInt8]? = nil, clock: Int64? = MemoryStorage.later) {
+            self.contents = Mutex(contents)
+            self.clock = clock
+        }
+        static let later = Int64(Int32.max) * 2
+        func currentSeconds() -> Int64 {
+            if let clock { return clock }
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            return Int64(now.tv_sec)
+        }
+        func load() -> [UInt8]? { contents.withLock { $0 } }
+        func save(_ bytes: [UInt8]) {
+            contents.withLock { $0 = bytes }
+            saves.add(1, ordering: .relaxed)
+        }
+        var cache: [FileIdentity: TrustStoreCache.Entry]? { contents.withLock { $0 }.flatMap(TrustStoreCache.parse) }
+    }
+
+    struct Outcome: Equatable {
+        let signals: [String: SignalValue]
+        let issues: [SourceIssue]
+        let notes: [String]
+    }
+
+    static func run(_ root: String, storage: MemoryStorage?) throws -> Outcome {
+        let context = ShimOverflowTests.context(root: root)
+        context.trustStoreCacheStorage = storage
+        try TrustStoreProbe().collect(into: context)
+        return Outcome(signals: context.signals, issues: context.issues, notes: context.notes)
+    }
+
+    /// Run with the cache and without: the two must agree, and the cached run is returned.
+    static func runAgreeing(_ root: String, storage: MemoryStorage) throws -> Outcome {
+        let cached = try run(root, storage: storage)
+        let uncached = try run(root, storage: nil)
+        #expect(cached == uncached)
+        return cached
+    }
+
+    /// Two packaged roots of the same size (variants differ in their last bytes only) and a
+    /// local one, all in the bundle; a fourth variant, in no file, to write over one.
+    static func trustTree(bundleHoldsLocalRoot: Bool = true) throws -> (root: String, variants: [String]) {
+        let made = try ShimOverflowTests.certificate(subject: "/CN=Cached Root")
+        let pem = try ShimOverflowTests.variants(of: made, count: 4)
+        let end = "-----END CERTIFICATE-----\n"
+        let blocks = pem.split(separator: end).map { String($0) + end }
+        let bundle = blocks[0] + blocks[1] + (bundleHoldsLocalRoot ? blocks[2] : "")
+        let root = try ShimOverflowTests.tree([
+            "/usr/share/ca-certificates/mozilla/a.crt": blocks[0],
+            "/usr/share/ca-certificates/mozilla/b.crt": blocks[1],
+            "/etc/ssl/certs/ca-certificates.crt": bundle,
+        ])
+        return (root, Array(blocks))
+    }
+
+    static func identity(_ path: String) throws -> FileIdentity {
+        try HostFileSystem().status(path).identity
+    }
+
+    /// What a writer who may not set the change time can do: put the old modification time back.
+    static func restoreModificationTime(_ path: String, from original: stat) {
+        var times = [original.st_atim, original.st_mtim]
+        #expect(utimensat(AT_FDCWD, path, &times, 0) == 0)
+    }
+
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aSecondRunKnowsEveryPackagedFileAndReportsTheSame() throws {
+        let (root, _) = try Self.trustTree()
+        let storage = MemoryStorage()
+        let first = try Self.runAgreeing(root, storage: storage)
+        #expect(first.signals["tls.packaged_roots"] == .int(2))
+        #expect(first.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { 0 } }
+                == 1)
+        let cache = try #require(storage.cache)
+        let packaged = try Self.identity(root + "/usr/share/ca-certificates/mozilla/a.crt")
+        #expect(cache[packaged]?.fingerprints.count == 1 && cache[packaged]?.scannedAllPackaged == false)
+        // The bundle holds a local root: not kept, so it is scanned every run.
+        #expect(cache[try Self.identity(root + "/etc/ssl/certs/ca-certificates.crt")] == nil)
+        #expect(cache.count == 2)
+
+        let second = try Self.runAgreeing(root, storage: storage)
+        #expect(second == first)
+        #expect(storage.saves.load(ordering: .relaxed) == 1, "an unchanged cache is not written again")
+    }
+
+    /// Two writes within one tick of the kernel's clock can leave a file's change time as it
+    /// was: a file changed in the last seconds is read every run until it has settled.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aFileChangedJustNowIsReadButNotKept() throws {
+        let (root, _) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        let now = MemoryStorage(clock: nil)
+        _ = try Self.runAgreeing(root, storage: now)
+        #expect((now.cache ?? [:]).isEmpty)
+        let changed = try Self.identity(root + "/usr/share/ca-certificates/mozilla/a.crt").changedSeconds
+        let justSettled = MemoryStorage(clock: changed + TrustStoreCache.settlingSeconds + 5)
+        _ = try Self.runAgreeing(root, storage: justSettled)
+        #expect(justSettled.cache?.isEmpty == false)
+    }
+
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aBundleOfPackagedRootsOnlyIsKnownFromItsFingerprints() throws {
+        let (root, _) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        let storage = MemoryStorage()
+        let first = try Self.runAgreeing(root, storage: storage)
+        #expect(first.signals["tls.packaged_roots"] == .int(2) && first.signals["tls.local_roots"] == .strings([]))
+        let bundle = try Self.identity(root + "/etc/ssl/certs/ca-certificates.crt")
+        #expect(try #require(storage.cache)[bundle]?.scannedAllPackaged == true)
+        #expect(try Self.runAgreeing(root, storage: storage) == first)
+    }
+
+    /// The cache is believed for the identity it names: shown by an entry that lies. Rewriting
+    /// the file, even at the same size and with its old modification time, ends the belief.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aRewrittenFileOfTheSameSizeAndModificationTimeIsReadAgain() throws {
+        let (root, variants) = try Self.trustTree()
+        let path = root + "/usr/share/ca-certificates/mozilla/a.crt"
+        let storage = MemoryStorage()
+        let first = try Self.runAgreeing(root, storage: storage)
+
+        var entries = try #require(storage.cache)
+        let identity = try Self.identity(path)
+        let other = String(repeating: "0", count: 64)
+        let lying = TrustStoreCache(contents: nil, now: MemoryStorage.later)
+        for (key, entry) in entries where key != identity {
+            lying.remember(key, fingerprints: entry.fingerprints, scannedAllPackaged: entry.scannedAllPackaged)
+        }
+        lying.remember(identity, fingerprints: [other], scannedAllPackaged: false)
+        let believing = MemoryStorage(lying.serialized())
+        #expect(try Self.run(root, storage: believing).signals["tls.packaged_roots"] == .int(1))
+
+        var original = stat()
+        #expect(stat(path, &original) == 0)
+        // The change time has the grain of the kernel's tick: written until it shows (the cache
+        // keeps no file changed in its last seconds, so it never sees two writes in one tick).
+        var changed = identity
+        for _ in 0..<1_000 where changed == identity {
+            try DeviceFixtures.write(variants[3], to: path)
+            Self.restoreModificationTime(path, from: original)
+            changed = try Self.identity(path)
+        }
+        #expect(changed.size == identity.size && changed.modifiedSeconds == identity.modifiedSeconds
+                && changed.modifiedNanoseconds == identity.modifiedNanoseconds && changed != identity)
+        let afterWrite = try Self.runAgreeing(root, storage: believing)
+        #expect(afterWrite != first)
+        entries = try #require(believing.cache)
+        #expect(entries[identity] == nil && entries[changed] != nil)
+    }
+
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aFileReplacedByAnotherInodeIsReadAgain() throws {
+        let (root, variants) = try Self.trustTree()
+        let path = root + "/usr/share/ca-certificates/mozilla/b.crt"
+        let storage = MemoryStorage()
+        let first = try Self.runAgreeing(root, storage: storage)
+        let before = try Self.identity(path)
+        try DeviceFixtures.write(variants[3], to: path + ".new")
+        #expect(rename(path + ".new", path) == 0)
+        #expect(try Self.identity(path).inode != before.inode)
+        let second = try Self.runAgreeing(root, storage: storage)
+        #expect(second != first)
+        #expect(second.signals["tls.packaged_roots"] == .int(1))
+    }
+
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aCorruptCacheIsIgnoredAndRewritten() throws {
+        let (root, _) = try Self.trustTree()
+        let good = MemoryStorage()
+        let expected = try Self.runAgreeing(root, storage: good)
+        let valid = try #require(good.load())
+        let text = String(decoding: valid, as: UTF8.self)
+        let corrupt: [[UInt8]] = [
+            [], Array("garbage".utf8), Array(valid.dropLast()), Array(valid.dropLast(6)),
+            Array(text.replacing("cache 1", with: "cache 2").utf8),
+            Array(text.replacing("F ", with: "F  ").utf8),
+            Array(text.replacing("end 2", with: "end 3").utf8),
+            Array(text.uppercased().utf8), [UInt8](repeating: 0xFF, count: 4096),
+            valid + valid, Array(repeating: UInt8(ascii: "\n"), count: TrustStoreCache.byteLimit + 1),
+        ]
+        for bytes in corrupt {
+            #expect(TrustStoreCache.parse(bytes) == nil)
+            let storage = MemoryStorage(bytes)
+            #expect(try Self.run(root, storage: storage) == expected)
+            #expect(storage.load() == valid, "rewritten whole")
+        }
+    }
+
+    @Test func theParserTakesBackExactlyWhatIsWrittenAndNothingLoose() throws {
+        let cache = TrustStoreCache(contents: nil, now: MemoryStorage.later)
+        let identity = FileIdentity(device: 2049, inode: 77, size: 1234, modifiedSeconds: -5,
+                                    modifiedNanoseconds: 999_999_999, changedSeconds: 1_800_000_000,
+                                    changedNanoseconds: 0)
+        let fingerprint = String(repeating: "ab", count: 32)
+        cache.remember(identity, fingerprints: [fingerprint, fingerprint], scannedAllPackaged: true)
+        let empty = FileIdentity(device: 1, inode: 1, size: 0, modifiedSeconds: 0, modifiedNanoseconds: 0,
+                                 changedSeconds: 0, changedNanoseconds: 0)
+        cache.remember(empty, fingerprints: [], scannedAllPackaged: false)
+        let parsed = try #require(TrustStoreCache.parse(cache.serialized()))
+        #expect(parsed == cache.entries)
+        let line = "S 2049 77 1234 -5 999999999 1800000000 0 \(fingerprint)"
+        for loose in ["S 2049 077 1234 -5 999999999 1800000000 0 \(fingerprint)", "S 2049 77 1234 -0 0 0 0 -",
+                      "S 2049 77 1234 -5 1000000000 1800000000 0 \(fingerprint)", "S 2049 77 +1 0 0 0 0 -",
+                      "X 2049 77 1234 -5 0 0 0 -", "S 18446744073709551616 77 1 0 0 0 0 -", line + ",", line + " ",
+                      line + "\n" + line, "S 2049 77 1234 -5 0 0 0 " + String(fingerprint.dropLast()) + "G"] {
+            let file = "\(TrustStoreCache.header)\n\(loose)\nend 1\n"
+            #expect(TrustStoreCache.parse(Array(file.utf8)) == nil, "\(loose)")
+        }
+        #expect(TrustStoreCache.parse(Array("\(TrustStoreCache.header)\n\(line)\nend 1\n".utf8))?.count == 1)
+    }
+
+    /// Only packaged roots' fingerprints: no name, no path, nothing of a locally added root.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func theCacheHoldsNothingOfALocalRoot() throws {
+        let person = try ShimOverflowTests.certificate(subject: "/CN=Jane Roe Private CA/O=Roe Household")
+        let packaged = try ShimOverflowTests.certificate(subject: "/CN=Shipped Root")
+        let root = try ShimOverflowTests.tree([
+            "/usr/share/ca-certificates/mozilla/shipped.crt": packaged,
+            "/usr/local/share/ca-certificates/roe.crt": person,
+            "/etc/ssl/certs/ca-certificates.crt": packaged + person, "/etc/ssl/certs/roe.pem": person,
+        ])
+        let storage = MemoryStorage()
+        _ = try Self.runAgreeing(root, storage: storage)
+        let text = String(decoding: try #require(storage.load()), as: UTF8.self)
+        let local = try #require(try Certificates.fingerprints(ofPEM: Array(person.utf8)).fingerprints.first)
+        let shipped = try #require(try Certificates.fingerprints(ofPEM: Array(packaged.utf8)).fingerprints.first)
+        #expect(!text.contains(local) && !text.contains("Roe") && !text.contains("/etc") && text.contains(shipped))
+        #expect(try #require(storage.cache).count == 1)
+    }
+
+    // MARK: the file in the state directory
+
+    @Test func theCacheFileIsPrivateAndReadBackWhole() throws {
+        let directory = try TestPaths.temporaryDirectory("trust-store-cache")
+        let file = TrustStoreCacheFile(directory: directory)
+        #expect(file.load() == nil)
+        file.save(Array("one\n".utf8))
+        file.save(Array("two\n".utf8))
+        #expect(file.load() == Array("two\n".utf8))
+        var info = stat()
+        #expect(lstat(directory + "/" + TrustStoreCacheFile.fileName, &info) == 0 && info.st_mode & 0o777 == 0o600)
+        let names = try HostFileSystem().listDirectory(directory)
+        #expect(names == [TrustStoreCacheFile.fileName], "no temporary file left: \(names)")
+    }
+
+    @Test func aCacheFileOthersCouldHaveWrittenIsIgnoredAndReplaced() throws {
+        let directory = try TestPaths.temporaryDirectory("trust-store-cache-untrusted")
+        let path = directory + "/" + TrustStoreCacheFile.fileName
+        let file = TrustStoreCacheFile(directory: directory)
+        file.save(Array("mine\n".utf8))
+        #expect(chmod(path, 0o666) == 0)
+        #expect(file.load() == nil)
+        file.save(Array("again\n".utf8))
+        #expect(file.load() == Array("again\n".utf8))
+
+        #expect(unlink(path) == 0 && symlink(directory + "/elsewhere", path) == 0)
+        try DeviceFixtures.write("linked\n", to: directory + "/elsewhere")
+        #expect(file.load() == nil, "a link is not followed")
+        file.save(Array("replaced\n".utf8))
+        #expect(file.load() == Array("replaced\n".utf8))
+
+        #expect(truncate(path, off_t(TrustStoreCache.byteLimit + 1)) == 0)
+        #expect(file.load() == nil, "larger than the limit")
+        if geteuid() == 0 {
+            file.save(Array("root's\n".utf8))
+            #expect(chown(path, 4242, 4242) == 0)
+            #expect(file.load() == nil, "another user's")
+        }
+        #expect(chmod(directory, 0o777) == 0)
+        file.save(Array("shared\n".utf8))
+        #expect(file.load() == nil, "a directory others may write holds no cache")
+    }
+}
