@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "fingerly_text.h"
@@ -30,6 +32,45 @@ struct object_range {
     uintptr_t start, end;
 };
 
+/// A relocation that names a watched symbol, as a full walk of an object's tables found it. Which
+/// relocations name which symbols is fixed from the object's load to its unload, so a later walk
+/// reads only these slots; what they hold is read again on every walk.
+struct known_slot {
+    ElfW(Addr) offset;
+    /// Where the symbol's name starts in the caller's newline-separated symbols.
+    uint32_t name_offset;
+};
+
+struct known_object {
+    ElfW(Addr) base;
+    uint32_t first_slot, slot_count;
+};
+
+enum {
+    FINGERLY_KNOWN_SLOT_LIMIT = 4096,
+    FINGERLY_CACHE_KEY_LIMIT = 1024,
+    FINGERLY_CACHE_COUNT = 2,
+};
+
+/// The relocations naming watched symbols in every loaded object, for one library and one list of
+/// symbols, as long as the loader's counts of loads and unloads (dlpi_adds, dlpi_subs) stand
+/// where they stood when the walk that filled it ran.
+struct slot_cache {
+    bool valid;
+    unsigned long long adds, subs;
+    char library[FINGERLY_CACHE_KEY_LIMIT];
+    char symbols[FINGERLY_CACHE_KEY_LIMIT];
+    struct known_object objects[FINGERLY_OBJECT_LIMIT];
+    size_t object_count;
+    struct known_slot slots[FINGERLY_KNOWN_SLOT_LIMIT];
+    size_t slot_count;
+    /// A table outgrew its array: this walk cannot fill the cache.
+    bool overflowed;
+};
+
+/// How a walk of the relocations uses its cache.
+enum cache_use { CACHE_NONE, CACHE_READ, CACHE_FILL };
+
 struct slot_search {
     const char *names[FINGERLY_WATCHED_LIMIT];
     size_t name_lengths[FINGERLY_WATCHED_LIMIT];
@@ -52,7 +93,25 @@ struct slot_search {
     fingerly_redirected_slot *slots;
     size_t capacity;
     long found;
+    /// The loader's counts of loads and unloads when the ranges were taken.
+    unsigned long long adds, subs;
+    bool counted;
+    /// Where each watched name starts in the caller's symbols.
+    uint32_t name_offsets[FINGERLY_WATCHED_LIMIT];
+    struct slot_cache *cache;
+    enum cache_use cache_use;
+    /// Objects the relocation walk has met so far, the cache's objects in the same order.
+    size_t objects_visited;
 };
+
+/// Read by offset and size: a loader older than glibc 2.4 passes a shorter structure without them.
+static bool counts_of(const struct dl_phdr_info *info, size_t size, unsigned long long *adds,
+                      unsigned long long *subs) {
+    if (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) return false;
+    *adds = info->dlpi_adds;
+    *subs = info->dlpi_subs;
+    return true;
+}
 
 static struct object_range range_of_object(const struct dl_phdr_info *info) {
     struct object_range range = {UINTPTR_MAX, 0};
@@ -67,8 +126,10 @@ static struct object_range range_of_object(const struct dl_phdr_info *info) {
 }
 
 static int collect_range(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
     struct slot_search *search = data;
+    if (search->range_count == 0 && !search->ranges_cut) {
+        search->counted = counts_of(info, size, &search->adds, &search->subs);
+    }
     if (search->range_count < FINGERLY_OBJECT_LIMIT) {
         search->ranges[search->range_count++] = range_of_object(info);
     } else {
@@ -92,6 +153,55 @@ static const void *absolute(ElfW(Addr) pointer, ElfW(Addr) base) {
 }
 
 #if defined(FINGERLY_JUMP_SLOT)
+/// Reads one slot and records it when it leads where none of the accepted objects is.
+static void judge_slot(struct slot_search *search, const struct dl_phdr_info *info, uintptr_t own_object,
+                       size_t watched, const char *name, size_t name_length, ElfW(Addr) offset) {
+    const void *target = *(const void *const *)(info->dlpi_addr + offset);
+    // A weak symbol nobody defines (__gmon_start__) is bound to nothing: no call goes anywhere.
+    if (!target) return;
+    uintptr_t target_object = object_of(search, target);
+    if (target_object && target_object == own_object) return;
+    if (search->only_object) {
+        bool accepted = false;
+        for (size_t known = 0; known < search->accepted_count && !accepted; known++) {
+            accepted = target_object && target_object == search->accepted[known];
+        }
+        if (accepted) return;
+    } else if (target_object && (target_object == search->library_object ||
+                                 target_object == search->global_object[watched])) {
+        return;
+    }
+    long position = search->found++;
+    if ((size_t)position >= search->capacity) return;
+    fingerly_redirected_slot *slot = &search->slots[position];
+    fingerly_copy_bounded(slot->symbol, sizeof slot->symbol, name, name_length);
+    fingerly_copy_text(slot->object, sizeof slot->object, info->dlpi_name ? info->dlpi_name : "");
+    slot->target_address = target;
+    slot->owner_start = own_object;
+    slot->target_start = target_object;
+    slot->target[0] = 0;
+}
+
+/// The slots an earlier walk found in this object, read again; false when the cache does not
+/// describe this object (then the tables are walked).
+static bool check_known_slots(struct slot_search *search, const struct dl_phdr_info *info, size_t object_index) {
+    const struct slot_cache *cache = search->cache;
+    if (object_index >= cache->object_count || cache->objects[object_index].base != info->dlpi_addr) return false;
+    uintptr_t own_object = range_of_object(info).start;
+    if (object_of(search, (const void *)own_object) != own_object) return true;
+    const struct known_object *object = &cache->objects[object_index];
+    for (uint32_t index = object->first_slot; index < object->first_slot + object->slot_count; index++) {
+        size_t watched = 0;
+        uint32_t name_offset = cache->slots[index].name_offset;
+        while (watched < search->name_count && search->name_offsets[watched] != name_offset) watched++;
+        // The library no longer defines the name: it is nobody's to redirect.
+        if (watched == search->name_count) continue;
+        judge_slot(search, info, own_object, watched, search->names[watched], search->name_lengths[watched],
+                   cache->slots[index].offset);
+    }
+    return true;
+}
+
 static void check_relocations(struct slot_search *search, struct dl_phdr_info *info, uintptr_t own_object,
                               const ElfW(Rela) *relocations, size_t bytes, const ElfW(Sym) *symbols, const char *strings) {
     size_t count = bytes / sizeof *relocations;
@@ -117,42 +227,27 @@ static void check_relocations(struct slot_search *search, struct dl_phdr_info *i
             }
             if (watched == search->name_count) continue;
         }
-        const void *target = *(const void *const *)(info->dlpi_addr + relocations[index].r_offset);
-        // A weak symbol nobody defines (__gmon_start__) is bound to nothing: no call goes anywhere.
-        if (!target) continue;
-        uintptr_t target_object = object_of(search, target);
-        if (target_object && target_object == own_object) continue;
-        if (search->only_object) {
-            bool accepted = false;
-            for (size_t known = 0; known < search->accepted_count && !accepted; known++) {
-                accepted = target_object && target_object == search->accepted[known];
+        if (search->cache_use == CACHE_FILL) {
+            struct slot_cache *cache = search->cache;
+            if (cache->slot_count < FINGERLY_KNOWN_SLOT_LIMIT) {
+                cache->slots[cache->slot_count++] = (struct known_slot){relocations[index].r_offset,
+                                                                         search->name_offsets[watched]};
+            } else {
+                cache->overflowed = true;
             }
-            if (accepted) continue;
-        } else if (target_object && (target_object == search->library_object || target_object == search->global_object[watched])) {
-            continue;
         }
-        long position = search->found++;
-        if ((size_t)position >= search->capacity) continue;
-        fingerly_redirected_slot *slot = &search->slots[position];
-        fingerly_copy_text(slot->symbol, sizeof slot->symbol, name);
-        fingerly_copy_text(slot->object, sizeof slot->object, info->dlpi_name ? info->dlpi_name : "");
-        slot->target_address = target;
-        slot->owner_start = own_object;
-        slot->target_start = target_object;
-        slot->target[0] = 0;
+        judge_slot(search, info, own_object, watched, name, strlen(name), relocations[index].r_offset);
     }
 }
 
-static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    struct slot_search *search = data;
+static void search_object_tables(struct slot_search *search, struct dl_phdr_info *info) {
     const ElfW(Dyn) *dynamic = NULL;
     for (int index = 0; index < info->dlpi_phnum; index++) {
         if (info->dlpi_phdr[index].p_type == PT_DYNAMIC) {
             dynamic = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[index].p_vaddr);
         }
     }
-    if (!dynamic) return 0;
+    if (!dynamic) return;
     const ElfW(Rela) *plt = NULL, *data_relocations = NULL;
     size_t plt_bytes = 0, data_bytes = 0, relative_count = 0;
     ElfW(Sxword) plt_kind = DT_RELA;
@@ -173,8 +268,8 @@ static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
     }
     uintptr_t own_object = range_of_object(info).start;
     // An object loaded since the ranges were taken points into objects nobody has seen yet.
-    if (object_of(search, (const void *)own_object) != own_object) return 0;
-    if (search->only_object && own_object != search->only_object) return 0;
+    if (object_of(search, (const void *)own_object) != own_object) return;
+    if (search->only_object && own_object != search->only_object) return;
     if (plt_kind == DT_RELA) check_relocations(search, info, own_object, plt, plt_bytes, symbols, strings);
     // The linker sorts the relative relocations first and counts them: a large program has tens
     // of thousands, none of them naming a symbol.
@@ -183,8 +278,45 @@ static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
         data_bytes -= relative_count * sizeof *data_relocations;
     }
     check_relocations(search, info, own_object, data_relocations, data_bytes, symbols, strings);
+}
+
+static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
+    struct slot_search *search = data;
+    size_t object_index = search->objects_visited++;
+    if (search->cache_use != CACHE_NONE) {
+        unsigned long long adds, subs;
+        // An object loaded or unloaded since the ranges were taken: nothing is read from the cache
+        // or kept in it.
+        if (!counts_of(info, size, &adds, &subs) || adds != search->adds || subs != search->subs) {
+            if (search->cache_use == CACHE_FILL) search->cache->overflowed = true;
+            search->cache_use = CACHE_NONE;
+        }
+    }
+    if (search->cache_use == CACHE_READ) {
+        if (check_known_slots(search, info, object_index)) return 0;
+        // The list is not the one cached: this walk reads the tables, and the next fills the cache again.
+        search->cache->valid = false;
+        search->cache_use = CACHE_NONE;
+    }
+    struct slot_cache *filling = search->cache_use == CACHE_FILL ? search->cache : NULL;
+    if (filling) {
+        if (object_index >= FINGERLY_OBJECT_LIMIT) {
+            filling->overflowed = true;
+            search->cache_use = CACHE_NONE;
+            filling = NULL;
+        } else {
+            filling->objects[object_index] = (struct known_object){info->dlpi_addr, (uint32_t)filling->slot_count, 0};
+            filling->object_count = object_index + 1;
+        }
+    }
+    search_object_tables(search, info);
+    if (filling && search->cache_use == CACHE_FILL) {
+        struct known_object *object = &filling->objects[object_index];
+        object->slot_count = (uint32_t)filling->slot_count - object->first_slot;
+    }
     return 0;
 }
+
 #endif
 
 /// Names each slot's target. After the walk: dladdr inside it would take the loader's locks in
@@ -198,6 +330,42 @@ static void name_targets(fingerly_redirected_slot *slots, size_t count) {
         }
     }
 }
+
+#if defined(FINGERLY_JUMP_SLOT)
+/// Two callers' lists, libc's and libssl's: a walk finds its own and reads only the slots it names.
+static struct slot_cache slot_caches[FINGERLY_CACHE_COUNT];
+static size_t slot_cache_next;
+/// Taken before the loader's own lock and released after it, never inside a dl_iterate_phdr callback.
+static pthread_mutex_t slot_caches_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/// Under the lock: the cache for this key, to read when the loader's counts still match it,
+/// else emptied to be filled by this walk.
+static void choose_cache(struct slot_search *search, const char *symbols, const char *library) {
+    if (strlen(symbols) >= FINGERLY_CACHE_KEY_LIMIT || strlen(library) >= FINGERLY_CACHE_KEY_LIMIT) return;
+    struct slot_cache *cache = NULL;
+    for (size_t index = 0; index < FINGERLY_CACHE_COUNT && !cache; index++) {
+        struct slot_cache *candidate = &slot_caches[index];
+        if (strcmp(candidate->symbols, symbols) == 0 && strcmp(candidate->library, library) == 0) cache = candidate;
+    }
+    if (cache && cache->valid && cache->adds == search->adds && cache->subs == search->subs) {
+        search->cache = cache;
+        search->cache_use = CACHE_READ;
+        return;
+    }
+    if (!cache) {
+        cache = &slot_caches[slot_cache_next];
+        slot_cache_next = (slot_cache_next + 1) % FINGERLY_CACHE_COUNT;
+        strcpy(cache->symbols, symbols);
+        strcpy(cache->library, library);
+    }
+    cache->valid = false;
+    cache->overflowed = false;
+    cache->object_count = 0;
+    cache->slot_count = 0;
+    search->cache = cache;
+    search->cache_use = CACHE_FILL;
+}
+#endif
 
 long fingerly_redirected_slots(const char *symbols, const char *library, fingerly_redirected_slot *slots,
                                size_t capacity) {
@@ -215,6 +383,7 @@ long fingerly_redirected_slots(const char *symbols, const char *library, fingerl
         size_t length = strcspn(name, "\n");
         search.names[search.name_count] = name;
         search.name_lengths[search.name_count] = length;
+        search.name_offsets[search.name_count] = (uint32_t)(name - symbols);
         // A symbol the library does not define is nobody's to redirect.
         char copy[FINGERLY_SLOT_SYMBOL_SIZE];
         if (length > 0 && length < sizeof copy) {
@@ -233,7 +402,16 @@ long fingerly_redirected_slots(const char *symbols, const char *library, fingerl
     }
     fingerly_loader.close(handle);
     if (!search.library_object) return 0;
+    // Not waited for: a thread that forked while another held it must not hang on it for ever.
+    bool locked = search.counted && pthread_mutex_trylock(&slot_caches_lock) == 0;
+    if (locked) choose_cache(&search, symbols, library);
     fingerly_loader.iterate(search_object, &search);
+    if (search.cache_use == CACHE_FILL && !search.cache->overflowed) {
+        search.cache->adds = search.adds;
+        search.cache->subs = search.subs;
+        search.cache->valid = true;
+    }
+    if (locked) pthread_mutex_unlock(&slot_caches_lock);
     name_targets(slots, (size_t)search.found < capacity ? (size_t)search.found : capacity);
     return search.found;
 #else

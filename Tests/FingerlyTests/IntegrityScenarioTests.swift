@@ -209,6 +209,76 @@ import Testing
         #expect(slot.message.contains("getenv in the GOT of [main] -> \(patch)"), "\(slot.message)")
     }
 
+    /// A host that checks several times in one process, with `steps` between the checks (got-host-repeat.c),
+    /// the patcher and the plugin built beside it; each check's tampering verdict in order.
+    static func repeatedChecks(_ steps: (_ patcher: String, _ plugin: String) -> [String]) throws -> [Verdict] {
+        let hooks = TestPaths.packageRoot + "/Tests/Fixtures/hooks/"
+        let source = try String(contentsOfFile: hooks + "got-host-repeat.c", encoding: .utf8)
+        let host = try InstalledLibrary.compile(source, name: "got-host-repeat", extraFlags: "-ldl")
+        let directory = try TestPaths.temporaryDirectory("got-repeat")
+        let patcher = directory + "/libgotpatchlater.so", plugin = directory + "/libgotslotowner.so"
+        for (output, source) in [(patcher, "got-patch-later.c"), (plugin, "got-slot-owner.c")] {
+            let build = try runProcess("/usr/bin/gcc", ["-shared", "-fPIC", "-O1", "-o", output, hooks + source])
+            try #require(build.status == 0, "gcc \(source): \(build.standardError)")
+        }
+        let run = try runProcess(host, steps(patcher, plugin), environment: try InstalledLibrary.environment())
+        try #require(run.status == 0, "\(run.standardError)")
+        return try run.standardOutput.split(separator: "\n").map {
+            try JSONDecoder.fingerly.decode(IntegrityResult.self, from: Data($0.utf8)).tampering
+        }
+    }
+
+    static func redirectedSlotMessages(_ verdict: Verdict) -> [String] {
+        verdict.reasons.filter { $0.code == "redirected_got_slot" }.map(\.message)
+    }
+
+    /// A slot rewritten after a check, with nothing loaded or unloaded since, is read again by the
+    /// next check: what an earlier walk kept of the relocations never stands in for the slot itself.
+    @Test(.enabled(if: installed("gcc"), "gcc is not installed"))
+    func aGOTSlotRewrittenAfterACheckIsSeenByTheNextCheck() throws {
+        var patcherPath = ""
+        let verdicts = try Self.repeatedChecks { patcher, _ in
+            patcherPath = patcher
+            return ["load", patcher, "check", "check", "redirect", "", "check"]
+        }
+        try #require(verdicts.count == 3)
+        #expect(!verdicts[0].value && !verdicts[1].value, "\(verdicts[0].reasons) \(verdicts[1].reasons)")
+        #expect(verdicts[2].value && verdicts[2].confidence == .high, "\(verdicts[2].reasons)")
+        let expected = "getenv in the GOT of [main] -> \(patcherPath)"
+        #expect(Self.redirectedSlotMessages(verdicts[2]).contains { $0.contains(expected) }, "\(verdicts[2].reasons)")
+    }
+
+    /// A plugin loaded after a check brings GOT slots no earlier walk saw: the next check reads them,
+    /// and sees one rewritten with no further load.
+    @Test(.enabled(if: installed("gcc"), "gcc is not installed"))
+    func aGOTSlotOfAnObjectLoadedAfterACheckIsSeen() throws {
+        var paths = ("", "")
+        let verdicts = try Self.repeatedChecks { patcher, plugin in
+            paths = (patcher, plugin)
+            return ["load", patcher, "check", "load", plugin, "redirect", "libgotslotowner.so", "check"]
+        }
+        try #require(verdicts.count == 2)
+        #expect(!verdicts[0].value, "\(verdicts[0].reasons)")
+        let expected = "getenv in the GOT of \(paths.1) -> \(paths.0)"
+        #expect(Self.redirectedSlotMessages(verdicts[1]).contains { $0.contains(expected) }, "\(verdicts[1].reasons)")
+    }
+
+    /// A plugin unloaded after a check leaves nothing of itself in the next check, and loaded again
+    /// (perhaps where it was) its slots are read afresh.
+    @Test(.enabled(if: installed("gcc"), "gcc is not installed"))
+    func aGOTSlotOfAnObjectUnloadedAndLoadedAgainIsReadAfresh() throws {
+        var paths = ("", "")
+        let verdicts = try Self.repeatedChecks { patcher, plugin in
+            paths = (patcher, plugin)
+            return ["load", patcher, "load", plugin, "check", "unload", plugin, "check",
+                    "load", plugin, "check", "redirect", "libgotslotowner.so", "check"]
+        }
+        try #require(verdicts.count == 4)
+        for verdict in verdicts.prefix(3) { #expect(!verdict.value, "\(verdict.reasons)") }
+        let expected = "getenv in the GOT of \(paths.1) -> \(paths.0)"
+        #expect(Self.redirectedSlotMessages(verdicts[3]).contains { $0.contains(expected) }, "\(verdicts[3].reasons)")
+    }
+
     /// A run-time object rewrites this library's own pointers to dlopen so that every look-up of a
     /// loaded library fails: the walk of this library's relocations, which asks the loader nothing,
     /// names the rewrite, and the failed look-up of libc is tampering in its own right.

@@ -66,57 +66,84 @@ package struct ProcessMapsProbe: Probe {
     }
 
     /// Lines of "address perms offset dev inode [path]"; the path starts at the first non-blank
-    /// after the fifth field and may contain spaces. Parsed on bytes: a Swift process maps
-    /// hundreds of regions and this runs on every integrity check.
+    /// after the fifth field and may contain spaces. Parsed on the string's own bytes, with no
+    /// array per line: a Swift process maps hundreds of regions and this runs on every integrity check.
     static func regions(_ maps: String) -> [Region] {
+        var maps = maps
+        return maps.withUTF8 { regions(in: $0) }
+    }
+
+    private typealias Bytes = Slice<UnsafeBufferPointer<UInt8>>
+
+    private static func regions(in bytes: UnsafeBufferPointer<UInt8>) -> [Region] {
+        let space = UInt8(ascii: " "), newline = UInt8(ascii: "\n")
         var regions: [Region] = []
-        let bytes = Array(maps.utf8)
         var lineStart = 0
-        // One array for every line, emptied in place: a fresh one per line was an allocation per region.
-        var fieldStarts: [Int] = []
-        fieldStarts.reserveCapacity(6)
         while lineStart < bytes.count {
             var lineEnd = lineStart
-            while lineEnd < bytes.count && bytes[lineEnd] != UInt8(ascii: "\n") { lineEnd += 1 }
+            while lineEnd < bytes.count && bytes[lineEnd] != newline { lineEnd += 1 }
+            // Where the first six fields start, the sixth (the path) running to the end of the line.
+            var fieldStarts: (Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0)
+            var fieldCount = 0
             var index = lineStart
-            fieldStarts.removeAll(keepingCapacity: true)
-            while index < lineEnd && fieldStarts.count < 6 {
-                while index < lineEnd && bytes[index] == UInt8(ascii: " ") { index += 1 }
-                if index < lineEnd { fieldStarts.append(index) }
-                if fieldStarts.count == 6 { break }
-                while index < lineEnd && bytes[index] != UInt8(ascii: " ") { index += 1 }
+            while index < lineEnd && fieldCount < 6 {
+                while index < lineEnd && bytes[index] == space { index += 1 }
+                if index < lineEnd {
+                    switch fieldCount {
+                    case 0: fieldStarts.0 = index
+                    case 1: fieldStarts.1 = index
+                    case 2: fieldStarts.2 = index
+                    case 3: fieldStarts.3 = index
+                    case 4: fieldStarts.4 = index
+                    default: fieldStarts.5 = index
+                    }
+                    fieldCount += 1
+                }
+                if fieldCount == 6 { break }
+                while index < lineEnd && bytes[index] != space { index += 1 }
             }
-            if fieldStarts.count >= 5 {
-                var permissionsEnd = fieldStarts[1]
-                while permissionsEnd < lineEnd && bytes[permissionsEnd] != UInt8(ascii: " ") { permissionsEnd += 1 }
-                let permissions = String(decoding: bytes[fieldStarts[1]..<permissionsEnd], as: UTF8.self)
-                let path = fieldStarts.count == 6 ? String(decoding: bytes[fieldStarts[5]..<lineEnd], as: UTF8.self) : ""
-                regions.append(Region(permissions: permissions, path: path, identity: path.hasPrefix("/") ? identity(bytes, fieldStarts) : nil))
+            if fieldCount >= 5 {
+                func field(from start: Int) -> Bytes {
+                    var end = start
+                    while end < lineEnd && bytes[end] != space { end += 1 }
+                    return bytes[start..<end]
+                }
+                let permissions = String(decoding: field(from: fieldStarts.1), as: UTF8.self)
+                let path = fieldCount == 6 ? String(decoding: bytes[fieldStarts.5..<lineEnd], as: UTF8.self) : ""
+                let identity = path.hasPrefix("/")
+                    ? identity(device: field(from: fieldStarts.3), inode: field(from: fieldStarts.4)) : nil
+                regions.append(Region(permissions: permissions, path: path, identity: identity))
             }
             lineStart = lineEnd + 1
         }
         return regions
     }
 
-    private static func identity(_ bytes: [UInt8], _ fieldStarts: [Int]) -> FileIdentity? {
-        func field(_ number: Int) -> ArraySlice<UInt8> {
-            var end = fieldStarts[number]
-            while end < bytes.count && bytes[end] != UInt8(ascii: " ") { end += 1 }
-            return bytes[fieldStarts[number]..<end]
+    private static func identity(device: Bytes, inode: Bytes) -> FileIdentity? {
+        // As splitting on ":" (empty pieces left out) and keeping the pieces that are numbers would:
+        // exactly two numbers make the device.
+        var numbers: (UInt64, UInt64) = (0, 0)
+        var numberCount = 0
+        var pieceStart = device.startIndex
+        while pieceStart < device.endIndex && numberCount <= 2 {
+            var pieceEnd = pieceStart
+            while pieceEnd < device.endIndex && device[pieceEnd] != UInt8(ascii: ":") { pieceEnd += 1 }
+            if pieceEnd > pieceStart, let value = number(in: device[pieceStart..<pieceEnd], radix: 16, below: 1 << 32) {
+                if numberCount == 0 { numbers.0 = value } else { numbers.1 = value }
+                numberCount += 1
+            }
+            pieceStart = pieceEnd + 1
         }
-        // Numbers read from bytes as UInt32(_:radix:) and UInt64(_:) read text, without making the text.
-        let device = field(3).split(separator: UInt8(ascii: ":"))
-            .compactMap { number(in: $0, radix: 16, below: 1 << 32) }
-        guard device.count == 2, let inode = number(in: field(4), radix: 10, below: nil) else { return nil }
+        guard numberCount == 2, let inode = number(in: inode, radix: 10, below: nil) else { return nil }
         // glibc's makedev encoding (a macro Swift cannot call).
-        let major = device[0], minor = device[1]
+        let major = numbers.0, minor = numbers.1
         let encoded = ((major & 0xFFFF_F000) << 32) | ((major & 0xFFF) << 8) | ((minor & 0xFFFF_FF00) << 12) | (minor & 0xFF)
         return FileIdentity(device: encoded, inode: inode)
     }
 
     /// The number the bytes spell in `radix` with an optional leading "+" (as Swift's integer
     /// parsing takes it), or nil when they spell none or one of `limit` or more.
-    private static func number(in digits: ArraySlice<UInt8>, radix: UInt64, below limit: UInt64?) -> UInt64? {
+    private static func number(in digits: Bytes, radix: UInt64, below limit: UInt64?) -> UInt64? {
         var digits = digits
         if digits.first == UInt8(ascii: "+") { digits = digits.dropFirst() }
         guard !digits.isEmpty else { return nil }
