@@ -13,26 +13,23 @@
 
 int fingerly_compare_code_with_file(const void *address, unsigned char *memory, unsigned char *disk, size_t count,
                                     char *path, size_t path_capacity) {
-    Dl_info info;
-    if (!address || !fingerly_loader.address(address, &info) || !info.dli_fname || !info.dli_fbase) return -1;
-    const char *file = info.dli_fname;
-    // For the main program dladdr names argv[0], which may be a relative path or another file
-    // of the same name: the kernel's /proc/self/exe is the file really mapped.
-    Dl_info program;
+    struct fingerly_object object, program;
+    if (!address || !fingerly_object_at(address, &object) || !object.name) return -1;
+    const char *file = object.name;
+    // For the main program the name is argv[0], which may be a relative path or another file of
+    // the same name: the kernel's /proc/self/exe is the file really mapped.
     const void *program_headers = (const void *)getauxval(AT_PHDR);
-    if (!file[0] || (program_headers && fingerly_loader.address(program_headers, &program) && program.dli_fbase == info.dli_fbase)) {
+    if (!file[0] || (program_headers && fingerly_object_at(program_headers, &program) && program.identity == object.identity)) {
         file = "/proc/self/exe";
     }
-    copy_object_path(address, path, path_capacity);
-    if (path_capacity && !path[0]) fingerly_copy_text(path, path_capacity, file);
+    if (path_capacity) fingerly_copy_text(path, path_capacity, object.name[0] ? object.name : file);
     int fd = open(file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     int result = -1;
     ElfW(Ehdr) header;
     if (pread(fd, &header, sizeof header, 0) != (ssize_t)sizeof header || memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) goto done;
-    // Which load base: the object's (shared libraries and PIE) or zero (fixed-address programs).
-    ElfW(Addr) base = header.e_type == ET_EXEC ? 0 : (ElfW(Addr))info.dli_fbase;
-    ElfW(Addr) vaddr = (ElfW(Addr))address - base;
+    // The load bias is zero for a fixed-address program.
+    ElfW(Addr) vaddr = (ElfW(Addr))address - (ElfW(Addr))object.bias;
     for (int index = 0; index < header.e_phnum; index++) {
         ElfW(Phdr) segment;
         off_t at = (off_t)header.e_phoff + (off_t)index * header.e_phentsize;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fingerly_text.h"
+#include "object_path.h"
 
 // The relocations that write a symbol's address into memory: PLT slots, GOT entries, and plain
 // pointers in data (a table of functions, or this library's own copy of the loader's functions).
@@ -319,15 +320,11 @@ static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
 
 #endif
 
-/// Names each slot's target. After the walk: dladdr inside it would take the loader's locks in
-/// the order opposite to another thread's dlopen, and the two would wait for each other for ever.
+/// Names each slot's target. After the walk: a second walk inside it would take the loader's locks
+/// in the order opposite to another thread's dlopen, and the two would wait for each other for ever.
 static void name_targets(fingerly_redirected_slot *slots, size_t count) {
     for (size_t index = 0; index < count; index++) {
-        Dl_info where;
-        slots[index].target[0] = 0;
-        if (slots[index].target_address && fingerly_loader.address(slots[index].target_address, &where) && where.dli_fname) {
-            fingerly_copy_text(slots[index].target, sizeof slots[index].target, where.dli_fname);
-        }
+        copy_object_path(slots[index].target_address, slots[index].target, sizeof slots[index].target);
     }
 }
 

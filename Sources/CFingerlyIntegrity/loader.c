@@ -103,13 +103,12 @@ int fingerly_symbol_origin(const char *symbol, const char *library, const void *
     if (!global || global == inside) return 1;
     // The program itself may define the function (bash defines getenv): ELF lets every library's
     // call reach it, and that is the program, not something injected into it.
-    Dl_info defining, program;
+    struct fingerly_object defining, program;
     const void *program_headers = (const void *)getauxval(AT_PHDR);
-    if (global && program_headers && fingerly_loader.address(global, &defining) &&
-        fingerly_loader.address(program_headers, &program) && defining.dli_fbase == program.dli_fbase) {
+    if (program_headers && fingerly_object_at(global, &defining) && fingerly_object_at(program_headers, &program) &&
+        defining.identity == program.identity) {
         return 2;
     }
-    // dladdr walks symbol tables: only pay for it when there is someone to name.
     copy_object_path(global, global_path, global_capacity);
     copy_object_path(inside, library_path, library_capacity);
     return 0;

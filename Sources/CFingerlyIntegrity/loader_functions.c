@@ -5,7 +5,7 @@
 // A static initialiser: the loader writes these addresses here when it loads this object, before
 // any code that could rewrite a GOT slot runs.
 __attribute__((visibility("hidden"))) const struct fingerly_loader_functions fingerly_loader = {
-    dlopen, dlsym, dladdr, dlclose, dl_iterate_phdr,
+    dlopen, dlsym, dlclose, dl_iterate_phdr,
 };
 
 const void *fingerly_lookup_in_library(const char *library, const char *symbol) {

@@ -11,7 +11,6 @@
 struct fingerly_loader_functions {
     void *(*open)(const char *, int);
     void *(*symbol)(void *, const char *);
-    int (*address)(const void *, Dl_info *);
     int (*close)(void *);
     int (*iterate)(int (*)(struct dl_phdr_info *, size_t, void *), void *);
 };

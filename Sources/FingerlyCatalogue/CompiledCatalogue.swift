@@ -1159,16 +1159,16 @@ extension ProbeCatalogue {
                 description: """
                     dlsym(RTLD_DEFAULT) against the definition inside libc (open, openat, read, fopen, connect, \
                     getenv, ptrace, dlsym, write, readlink, dlopen, dladdr, dl_iterate_phdr, clock_gettime) and libssl \
-                    when loaded (SSL_write, SSL_read and _ex); dladdr names the interposer. Also walks the symbol \
-                    relocations (PLT, GLOB_DAT, absolute pointers) of every loaded object (x86-64, AArch64) for those \
-                    symbols, and of the object holding this code for every symbol, and reads each slot: one that \
-                    points neither into its own object (a lazy slot not yet bound), nor into the defining library, nor \
-                    where a global lookup lands, nor into the owner's dependency closure (nor, for this code's own \
-                    slots, into an object loaded at start-up) was rewritten. Inspects this process; reports skipped \
-                    under --root.
+                    when loaded (SSL_write, SSL_read and _ex); the loader's list of objects (dl_iterate_phdr) names \
+                    the interposer. Also walks the symbol relocations (PLT, GLOB_DAT, absolute pointers) of every \
+                    loaded object (x86-64, AArch64) for those symbols, and of the object holding this code for every \
+                    symbol, and reads each slot: one that points neither into its own object (a lazy slot not yet \
+                    bound), nor into the defining library, nor where a global lookup lands, nor into the owner's \
+                    dependency closure (nor, for this code's own slots, into an object loaded at start-up) was \
+                    rewritten. Inspects this process; reports skipped under --root.
                     """,
                 reads: [],
-                syscalls: ["dlopen(RTLD_NOLOAD)", "dlsym", "dladdr"],
+                syscalls: ["dlopen(RTLD_NOLOAD)", "dlsym", "dl_iterate_phdr"],
                 signals: [
                     SignalSpec(
                         name: "loader.interposed_symbols",
@@ -2868,7 +2868,7 @@ extension ProbeCatalogue {
                     breakpoints or uprobes. Inspects this process; reports skipped under --root.
                     """,
                 reads: [],
-                syscalls: ["dladdr", "open/pread of each library's ELF file"],
+                syscalls: ["dl_iterate_phdr", "open/pread of each library's ELF file"],
                 signals: [
                     SignalSpec(
                         name: "integrity.functions_checked",

@@ -3,7 +3,7 @@ import FingerlyModel
 
 /// Calls to sensitive functions that do not reach the library defining them: an LD_PRELOAD or
 /// ld.so.preload object interposed itself, or an injected one rewrote an object's GOT slots.
-/// dladdr names the object the call really reaches.
+/// The loader's list of objects names the object the call really reaches.
 package struct SymbolInterpositionProbe: Probe {
     package let id = "symbol-interposition"
     static let libc = ("libc.so.6", ["open", "openat", "read", "fopen", "connect", "getenv", "ptrace", "dlsym", "write", "readlink",
