@@ -35,8 +35,9 @@ let package = Package(
     ],
     targets: [
         // System libraries from Debian, found through pkg-config.
-        .systemLibrary(name: "CUdev", pkgConfig: "libudev", providers: [.apt(["libudev-dev"])]),
-        .systemLibrary(name: "CBlkid", pkgConfig: "blkid", providers: [.apt(["libblkid-dev"])]),
+        // Headers only: CFingerlyDevices opens libudev and libblkid on the first call into them.
+        .systemLibrary(name: "CUdev", providers: [.apt(["libudev-dev"])]),
+        .systemLibrary(name: "CBlkid", providers: [.apt(["libblkid-dev"])]),
         // Headers only: CFingerlyTLS opens libcrypto on the first call into it (crypto_loader.c).
         .systemLibrary(name: "CCrypto", providers: [.apt(["libssl-dev"])]),
         // libcurl's header alone (libcurl4-openssl-dev): CFingerlyCurl opens the library at the first send, so
@@ -54,7 +55,8 @@ let package = Package(
         // The bounded, UTF-8-safe copy every shim fills its text fields with.
         .target(name: "CFingerlyText"),
         .target(name: "CFingerlyIntegrity", dependencies: ["CFingerlyText"]),
-        // Opening a library on first use, for the C shims that do (libcurl, libsqlite3, libssl, libcrypto).
+        // Opening a library on first use, for the C shims that do (libcurl, libsqlite3, libssl, libcrypto, libudev,
+        // libblkid).
         .target(name: "CFingerlyLazyLibrary"),
         // libcrypto and libssl are opened on first use (crypto_loader.c, ssl_loader.c).
         .target(name: "CFingerlyTLS", dependencies: ["CFingerlyText", "CFingerlyLazyLibrary"]),
@@ -62,6 +64,7 @@ let package = Package(
         .target(name: "CFingerlyFiles"),
         .target(name: "CFingerlyCurl", dependencies: ["CFingerlyLazyLibrary"]),
         .target(name: "CFingerlySQLite", dependencies: ["CFingerlyLazyLibrary"]),
+        .target(name: "CFingerlyDevices", dependencies: ["CFingerlyLazyLibrary"]),
         .target(name: "CFingerlyHTTPD", linkerSettings: [.linkedLibrary("microhttpd")]),
         .target(name: "CFingerlyAllocator"),
 
@@ -72,7 +75,8 @@ let package = Package(
         // scripts/generate-embedded-data writes from probes/ and policies/: an installed copy never looks
         // for the build tree, and no process decodes JSON to start.
         .target(name: "FingerlyCatalogue", dependencies: ["FingerlyModel", "FingerlyHost", "CCrypto"]),
-        .target(name: "FingerlyProbes", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyCatalogue", "CCrypto", "CUdev", "CBlkid"]),
+        .target(name: "FingerlyProbes", dependencies: ["FingerlyModel", "FingerlyHost", "FingerlyCatalogue", "CCrypto", "CUdev", "CBlkid",
+                                                     "CFingerlyDevices"]),
         .target(
             name: "FingerlyPolicy",
             dependencies: ["FingerlyModel"],
@@ -131,7 +135,7 @@ let package = Package(
             dependencies: ["Fingerly", "FingerlyModel", "FingerlyHost", "FingerlyProbes", "FingerlyPolicy",
                            "FingerlyIdentifyCommand", "FingerlyTransport", "FingerlyStore", "FingerlySQLiteStore",
                            "FingerlyPostgresStore", "FingerlyCatalogue", "FingerlyEngine", "FingerlyServer",
-                           "CFingerlyFiles", "CUdev", "CBlkid", "CCrypto"]
+                           "CFingerlyFiles", "CUdev", "CBlkid", "CCrypto", "CFingerlyDevices"]
         ),
         // Only what an application sees: `import Fingerly`, no @testable.
         .testTarget(name: "FingerlyExampleTests", dependencies: ["Fingerly"]),

@@ -1242,9 +1242,10 @@ extension ProbeCatalogue {
                     objects placed before the last of the program's DT_NEEDED closure that nothing asks for, or listed \
                     before every object that needs them, were preloaded (LD_PRELOAD, /etc/ld.so.preload); two start-up \
                     objects with one soname are named; objects after it were loaded at run time (dlopen), reported \
-                    with their place. Inspects this process; reports skipped under --root.
+                    with their place; each object loaded at run time is stat'ed where it lives (so any path) to tell a \
+                    deleted file. Inspects this process; reports skipped under --root.
                     """,
-                reads: ["/proc/self/exe"],
+                reads: ["/proc/self/exe", "/**"],
                 syscalls: ["dl_iterate_phdr", "readlink", "stat"],
                 signals: [
                     SignalSpec(

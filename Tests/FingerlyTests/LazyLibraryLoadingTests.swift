@@ -129,3 +129,89 @@ import Testing
         #expect(try local.identifyResult().state == .local)
     }
 }
+
+/// libudev and libblkid are opened on the first call into them too: only the deferred tier's device probes
+/// use them, so a fast-tier run, the integrity check and the server map neither. A host whose copy cannot be
+/// opened gets device probes that say why, and a run that goes on.
+extension LazyLibraryLoadingTests {
+    static let deviceLibraries = ["libudev.so.1", "libblkid.so.1"]
+
+    /// A library of the test's making under `soname`, without any of the real one's functions.
+    static func emptyLibraries(_ sonames: [String], label: String) throws -> String {
+        let directory = try TestPaths.temporaryDirectory(label)
+        let source = directory + "/empty.c"
+        try "int fingerly_test_placeholder;\n".write(toFile: source, atomically: true, encoding: .utf8)
+        for soname in sonames {
+            let made = try runShell("cc -shared -fPIC -Wl,-soname,\"$3\" \"$1\" -o \"$2/$3\"",
+                                    source, directory, soname)
+            try #require(made.status == 0, "\(made.standardError)")
+        }
+        return directory
+    }
+
+    @Test func noProductNamesLibudevOrLibblkidAmongItsNeededLibraries() throws {
+        for object in [TestPaths.cli, ServerProcess.executable, try InstalledLibrary.library] {
+            let dynamic = try runProcess("/usr/bin/readelf", ["-d", object])
+            try #require(dynamic.status == 0, "readelf \(object): \(dynamic.standardError)")
+            #expect(dynamic.standardOutput.contains("(NEEDED)"), "\(object): \(dynamic.standardOutput)")
+            for library in ["libudev", "libblkid"] {
+                #expect(!dynamic.standardOutput.contains(library), "\(object) needs \(library)")
+            }
+        }
+    }
+
+    @Test func aFastTierRunAndTheIntegrityCheckLoadNeitherDeviceLibraryAndAFullRunLoadsLibudev() throws {
+        let state = try LazyHTTPClientLoadingTests.freshState("lazy-device-libraries")
+        let fast = try LazyHTTPClientLoadingTests.runTracedCLI(["--no-submit", "--json", "--tiers", "fast"],
+                                                               state: state, apiKey: TestKeys.standard)
+        #expect(fast.status == 0, "\(fast.standardError.suffix(2000))")
+        let integrity = try LazyHTTPClientLoadingTests.runTracedCLI(["integrity", "--json"], state: state,
+                                                                    apiKey: TestKeys.standard)
+        #expect(integrity.status == 0, "\(integrity.standardError.suffix(2000))")
+        for (name, run) in [("--tiers fast", fast), ("integrity", integrity)] {
+            let initialized = run.standardError.split(separator: "\n").filter { $0.contains("calling init:") }
+            #expect(!initialized.isEmpty, "\(name): no loader trace")
+            for library in Self.deviceLibraries {
+                #expect(!initialized.contains { $0.contains(library) }, "\(name) loaded \(library)")
+            }
+        }
+        // The device probes enumerate the live host's devices through libudev. libblkid is reached only
+        // where udev's database and /dev/disk name no root filesystem, which a test host need not be.
+        let full = try LazyHTTPClientLoadingTests.runTracedCLI(["--no-submit", "--json"], state: state,
+                                                               apiKey: TestKeys.standard)
+        #expect(full.status == 0, "\(full.standardError.suffix(2000))")
+        let initialized = full.standardError.split(separator: "\n").filter { $0.contains("calling init:") }
+        #expect(initialized.contains { $0.contains("libudev.so.1") }, "the full run did not load libudev")
+    }
+
+    @Test func withoutAUsableLibudevTheDeviceProbesSayWhyAndTheRunGoesOn() throws {
+        let directory = try Self.emptyLibraries(Self.deviceLibraries, label: "broken-device-libraries")
+        let state = try LazyHTTPClientLoadingTests.freshState("broken-libudev")
+        var environment = SubmissionCLITests.environment(state: state, apiKey: TestKeys.standard)
+        environment["LD_LIBRARY_PATH"] = directory
+        let run = try runProcess(TestPaths.cli, ["--no-submit", "--json"], environment: environment)
+        #expect(run.status == 0, "\(run.standardError.suffix(2000))")
+        let report = try run.identifyResult().report
+        for id in ["pci", "usb", "block", "net", "input", "drm", "sound", "tpm"] {
+            let probe = try report.probe(id)
+            #expect(probe.status == .error, "\(id): \(probe.status)")
+            #expect(probe.detail?.contains("libudev.so.1 lacks a function") == true, "\(id): \(probe.detail ?? "")")
+        }
+        #expect(report.probes.contains { $0.tier == .fast && $0.status == .ok }, "the fast tier needs neither library")
+    }
+
+    @Test func withoutAUsableLibblkidTheFilesystemProbeSaysWhyAndTheRunGoesOn() throws {
+        let directory = try Self.emptyLibraries(["libblkid.so.1"], label: "broken-libblkid")
+        // An image as the root's device node, which only libblkid can read: no udev database, no /dev/disk.
+        let root = try DeviceFixtures.filesystemRoot(.images(worldReadable: true), label: "broken-libblkid")
+        var environment = ProcessInfo.processInfo.environment
+        environment["LD_LIBRARY_PATH"] = directory
+        let run = try runCLI(["--no-submit", "--json", "--root", root], environment: environment)
+        #expect(run.status == 0, "\(run.standardError.suffix(2000))")
+        let probe = try run.identifyResult().report.probe("filesystem")
+        #expect(probe.signals["fs.root_type"] == .string("ext4"))
+        #expect(probe.signals["fs.root_uuid"] == nil)
+        let issues = probe.issues.filter { $0.detail.contains("libblkid.so.1 lacks a function") }
+        #expect(!issues.isEmpty && issues.allSatisfy { $0.status == .error }, "\(probe.issues)")
+    }
+}

@@ -1,4 +1,5 @@
 import CBlkid
+import CFingerlyDevices
 import FingerlyHost
 import FingerlyModel
 
@@ -45,6 +46,10 @@ package enum Blkid {
     private static func probe(_ path: String, on host: HostFileSystem, configure: (OpaquePointer) -> Void,
                               collect: (OpaquePointer, inout BlkidProbeResult) -> Void) throws(HostReadError) -> BlkidProbeResult {
         try host.withReadableDevice(path) { fd throws(HostReadError) in
+            // libblkid is opened here, on first use, not by the loader at start.
+            if let problem = fingerly_blkid_problem() {
+                throw HostReadError(.error, path: path, detail: String(cString: problem))
+            }
             guard let probe = blkid_new_probe() else {
                 throw HostReadError(.error, path: path, detail: "libblkid could not allocate a probe")
             }

@@ -73,6 +73,9 @@ package protocol DeviceInventory {
 
 package enum DeviceInventories {
     static func make(for host: HostFileSystem, recordFailure: @escaping (HostReadError) -> Void = { _ in }) -> any DeviceInventory {
+        if host.isLiveHost, let problem = UdevInventory.libraryProblem {
+            return UnloadableUdevInventory(problem: problem)
+        }
         if host.isLiveHost, let udev = UdevInventory(host: host) { return udev }
         return SysfsInventory(host: host, recordFailure: recordFailure)
     }

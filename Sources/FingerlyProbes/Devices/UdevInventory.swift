@@ -1,3 +1,4 @@
+import CFingerlyDevices
 import CUdev
 import FingerlyHost
 import FingerlyModel
@@ -7,6 +8,9 @@ import FingerlyModel
 package final class UdevInventory: DeviceInventory {
     private let context: OpaquePointer
     package let source: DeviceSource
+
+    /// Why libudev cannot be used, or nil; it is opened here, on first use, not by the loader at start.
+    static var libraryProblem: String? { fingerly_udev_problem().map { String(cString: $0) } }
 
     init?(host: HostFileSystem) {
         guard let context = udev_new() else { return nil }
@@ -75,5 +79,16 @@ package final class UdevInventory: DeviceInventory {
 
     private func string(_ pointer: UnsafePointer<CChar>?) -> String? {
         pointer.map { String(cString: $0) }
+    }
+}
+
+/// The live host's inventory when libudev cannot be opened: each query fails with the loader's reason,
+/// so every device probe says why it has no data instead of reading another source unannounced.
+package struct UnloadableUdevInventory: DeviceInventory {
+    let problem: String
+    package let source = DeviceSource.udev
+
+    package func devices(_ query: DeviceQuery) throws(HostReadError) -> [DeviceNode] {
+        throw HostReadError(.error, path: "/sys/class/\(query.subsystem)", detail: problem)
     }
 }
