@@ -19,7 +19,8 @@ int fingerly_compare_code_with_file(const void *address, unsigned char *memory, 
     // For the main program the name is argv[0], which may be a relative path or another file of
     // the same name: the kernel's /proc/self/exe is the file really mapped.
     const void *program_headers = (const void *)getauxval(AT_PHDR);
-    if (!file[0] || (program_headers && fingerly_object_at(program_headers, &program) && program.identity == object.identity)) {
+    if (!file[0] || (program_headers && fingerly_object_at(program_headers, &program) &&
+                     program.identity == object.identity)) {
         file = "/proc/self/exe";
     }
     if (path_capacity) fingerly_copy_text(path, path_capacity, object.name[0] ? object.name : file);
