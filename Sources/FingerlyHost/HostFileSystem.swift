@@ -533,11 +533,18 @@ package struct FileStatus: Sendable, Hashable {
 extension StringProtocol {
     /// Trims ASCII white space and NULs, working on UTF-8 bytes: this runs on every line of
     /// every /proc file, where Character iteration would dominate.
+    @inlinable
     package func trimmingWhitespace() -> String {
-        let bytes = Array(utf8)
+        // On the text's own bytes: a copy into an array per line cost more than the trimming.
+        let bytes = utf8
         let isSpace: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D || $0 == 0 }
         guard let first = bytes.firstIndex(where: { !isSpace($0) }) else { return "" }
-        let last = bytes.lastIndex(where: { !isSpace($0) })!
+        // Forward: a StringProtocol's UTF-8 view promises no walking backwards.
+        var last = first, index = first
+        while index != bytes.endIndex {
+            if !isSpace(bytes[index]) { last = index }
+            bytes.formIndex(after: &index)
+        }
         return String(decoding: bytes[first...last], as: UTF8.self)
     }
 
@@ -573,4 +580,14 @@ private func utf8Buffer(_ text: UnsafeBufferPointer<UInt8>, contains pattern: Un
         start += 1
     }
     return false
+}
+
+extension String {
+    /// The non-empty lines, split on the newline byte. Splitting on the Character "\n" runs the
+    /// grapheme breaker over every byte, and it keeps "\r\n" whole, so a file written with CRLF
+    /// endings would read as one line.
+    @inlinable
+    package var lines: [Substring] {
+        utf8.split(separator: UInt8(ascii: "\n")).map { Substring($0) }
+    }
 }

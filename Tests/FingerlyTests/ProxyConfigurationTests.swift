@@ -28,6 +28,18 @@ import Testing
         #expect(!proxy.reasons.contains { $0.message.contains("pw@") })
     }
 
+    /// Lines are split on the newline byte: split on the Character "\n", a file written with CRLF
+    /// endings was one line ("\r\n" is a single Character), and the proxy in it went unseen.
+    @Test func proxySettingsInFilesWithCRLFEndingsAreFound() async throws {
+        let root = try TestPaths.temporaryDirectory("proxycrlf")
+        try DeviceFixtures.write("PATH=/usr/bin\r\nhttps_proxy=http://proxy.corp:3128\r\n", to: root + "/etc/environment")
+        try DeviceFixtures.write("APT::Install-Recommends \"0\";\r\nAcquire::http::Proxy \"http://apt-cache:3142/\";\r\n",
+                                 to: root + "/etc/apt/apt.conf.d/01proxy")
+        let result = try await identify(root: root)
+        #expect(result.signals["proxy.etc_environment"] == .strings(["https_proxy=http://proxy.corp:3128"]))
+        #expect(result.signals["proxy.apt"] == .strings(["Acquire::http::Proxy http://apt-cache:3142/"]))
+    }
+
     @Test func otherTrustStoresAreCounted() async throws {
         let root = try TestPaths.temporaryDirectory("otherstores")
         try DeviceFixtures.write("HOME=/home/bob\0SSLKEYLOGFILE=/tmp/keys.log\0SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\0", to: root + "/proc/self/environ")

@@ -8,7 +8,7 @@ package enum UdevDatabase {
     static func properties(of id: String, on host: HostFileSystem) throws(HostReadError) -> [String: String] {
         let text = try host.readText("/run/udev/data/" + id, limit: 64 * 1024)
         var properties: [String: String] = [:]
-        for line in text.split(separator: "\n") where line.hasPrefix("E:") {
+        for line in text.lines where line.hasPrefix("E:") {
             let entry = line.dropFirst(2)
             guard let equals = entry.firstIndex(of: "=") else { continue }
             properties[String(entry[..<equals])] = String(entry[entry.index(after: equals)...])
@@ -72,7 +72,7 @@ package struct SysfsInventory: DeviceInventory {
     private func uevent(_ path: String) -> [String: String] {
         guard let text = ifPresent({ () throws(HostReadError) in try host.readText(path + "/uevent", limit: 64 * 1024) }) else { return [:] }
         var properties: [String: String] = [:]
-        for line in text.split(separator: "\n") {
+        for line in text.lines {
             guard let equals = line.firstIndex(of: "=") else { continue }
             properties[String(line[..<equals])] = String(line[line.index(after: equals)...])
         }

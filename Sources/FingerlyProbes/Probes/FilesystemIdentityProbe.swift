@@ -78,7 +78,7 @@ package struct FilesystemIdentityProbe: Probe {
     /// The last mount at "/" wins: later mounts stack on earlier ones.
     static func rootMount(in mountinfo: String) -> RootMount? {
         var found: RootMount?
-        for line in mountinfo.split(separator: "\n") {
+        for line in mountinfo.lines {
             let fields = line.split(separator: " ")
             guard fields.count >= 10, fields[4] == "/", let separator = fields.firstIndex(of: "-"),
                   separator + 1 < fields.count else { continue }

@@ -13,7 +13,7 @@ package struct ListeningSocketsProbe: Probe {
         for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
             guard let text = context.attemptIfPresent({ () throws(HostReadError) in try context.host.readText(path, limit: 4 * 1024 * 1024) }) else { continue }
             read = true
-            for line in text.split(separator: "\n").dropFirst() {
+            for line in text.lines.dropFirst() {
                 let fields = line.split(separator: " ")
                 guard fields.count > 3, fields[3] == Self.listen, let colon = fields[1].lastIndex(of: ":"),
                       let port = Int(fields[1][fields[1].index(after: colon)...], radix: 16) else { continue }

@@ -40,7 +40,7 @@ package struct LoaderEnvironmentProbe: Probe {
                return String(decoding: bytes, as: UTF8.self)
            }) {
             // ld.so(8): entries separated by white space; '#' starts a comment in glibc's parser.
-            let entries = text.split(separator: "\n")
+            let entries = text.lines
                 .map { $0.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? "" }
                 .flatMap { $0.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == ":" }) }
                 .map(String.init)

@@ -9,7 +9,7 @@ package struct MemoryProbe: Probe {
     package func collect(into context: ProbeContext) throws(ProbeFailure) {
         let text: String
         do { text = try context.host.readText(Self.path) } catch { throw ProbeFailure(error) }
-        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("MemTotal:") }) else {
+        guard let line = text.lines.first(where: { $0.hasPrefix("MemTotal:") }) else {
             throw ProbeFailure(.malformed, "\(Self.path): no MemTotal line")
         }
         let fields = line.dropFirst("MemTotal:".count).split(separator: " ")

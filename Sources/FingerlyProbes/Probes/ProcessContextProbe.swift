@@ -125,7 +125,7 @@ package struct ProcessContextProbe: Probe {
 
     static func parseStatus(_ text: String) -> [String: String] {
         var fields: [String: String] = [:]
-        for line in text.split(separator: "\n") {
+        for line in text.lines {
             guard let colon = line.firstIndex(of: ":") else { continue }
             fields[String(line[..<colon])] = line[line.index(after: colon)...].trimmingWhitespace()
         }

@@ -15,7 +15,7 @@ package struct ProxyConfigurationProbe: Probe {
         }
 
         var environmentFile: [String] = []
-        for line in (text("/etc/environment") ?? "").split(separator: "\n") {
+        for line in (text("/etc/environment") ?? "").lines {
             guard let equals = line.firstIndex(of: "=") else { continue }
             let name = line[..<equals].trimmingWhitespace().replacing("export ", with: "")
             guard Self.proxyNames.contains(name.lowercased()) else { continue }
@@ -27,7 +27,8 @@ package struct ProxyConfigurationProbe: Probe {
         var apt: [String] = []
         let aptFiles = ["/etc/apt/apt.conf"] + (context.attemptIfPresent { () throws(HostReadError) in try host.listDirectory("/etc/apt/apt.conf.d") } ?? []).map { "/etc/apt/apt.conf.d/" + $0 }
         for path in aptFiles {
-            for line in (text(path) ?? "").split(separator: "\n") {
+            // Only lines that can hold a setting are trimmed: most of apt's files configure something else.
+            for line in (text(path) ?? "").lines where line.containsUTF8("Acquire::") {
                 let trimmed = line.trimmingWhitespace()
                 guard trimmed.hasPrefix("Acquire::"), let quote = trimmed.firstIndex(of: "\"") else { continue }
                 let key = trimmed[..<quote].trimmingWhitespace()
@@ -44,7 +45,7 @@ package struct ProxyConfigurationProbe: Probe {
             if let kde = text(home + "/.config/kioslaverc") {
                 var fields: [String: String] = [:]
                 var inProxySection = false
-                for line in kde.split(separator: "\n").map({ $0.trimmingWhitespace() }) {
+                for line in kde.lines.map({ $0.trimmingWhitespace() }) {
                     if line.hasPrefix("[") { inProxySection = line == "[Proxy Settings]"; continue }
                     guard inProxySection, let equals = line.firstIndex(of: "=") else { continue }
                     fields[String(line[..<equals])] = String(line[line.index(after: equals)...])
