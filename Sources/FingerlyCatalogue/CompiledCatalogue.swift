@@ -2922,10 +2922,14 @@ extension ProbeCatalogue {
                 tier: .deferred,
                 timeoutMs: 300,
                 description: """
-                    TCP listeners on the default ports of instrumentation servers (table instrumentationPorts).
+                    TCP listeners on the default ports of instrumentation servers (table instrumentationPorts), asked \
+                    of the kernel over sock_diag on the live host; /proc/net/tcp and tcp6 for a root tree or where \
+                    netlink is refused.
                     """,
                 reads: ["/proc/net/tcp", "/proc/net/tcp6"],
-                syscalls: [],
+                syscalls: [
+                    "socket(AF_NETLINK, NETLINK_SOCK_DIAG), sendto, recvfrom: a dump of TCP listeners (live host)",
+                ],
                 signals: [
                     SignalSpec(
                         name: "net.instrumentation_listeners",
