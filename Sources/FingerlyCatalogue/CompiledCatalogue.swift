@@ -2952,9 +2952,18 @@ extension ProbeCatalogue {
                 timeoutMs: 500,
                 description: """
                     Other processes: virtual X servers, input injectors, holders of /dev/uinput (tables \
-                    virtualDisplayProcesses, inputInjectorProcesses).
+                    virtualDisplayProcesses, inputInjectorProcesses); open descriptors are read only while the kernel \
+                    lists uinput in /sys/class/misc.
                     """,
-                reads: ["/proc", "/proc/*/comm", "/proc/*/cmdline", "/proc/*/fd", "/proc/*/fd/*"],
+                reads: [
+                    "/proc",
+                    "/proc/*/comm",
+                    "/proc/*/cmdline",
+                    "/proc/*/fd",
+                    "/proc/*/fd/*",
+                    "/sys/class/misc",
+                    "/sys/class/misc/uinput",
+                ],
                 syscalls: [],
                 signals: [
                     SignalSpec(

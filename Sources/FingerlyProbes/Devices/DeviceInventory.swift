@@ -6,6 +6,10 @@ package struct DeviceQuery: Sendable {
     let subsystem: String
     var devtype: String? = nil
     var attributes: [String] = []
+    /// False when the probe has no use for devices without hardware (loop, zram, dm): they are
+    /// then left out before anything of them is read, and a machine with dozens of snap loop
+    /// devices costs what one without does.
+    var includesVirtual = true
 }
 
 /// One device as the inventory sees it. `path` is the sysfs path on the host ("/sys/devices/…"),
@@ -24,7 +28,9 @@ package struct DeviceNode: Sendable, Hashable {
     let ancestors: [DeviceAncestor]
 
     /// Devices the kernel creates without hardware (bridges, veth, loop, uinput).
-    var isVirtual: Bool { path.hasPrefix("/sys/devices/virtual/") }
+    var isVirtual: Bool { Self.isVirtual(path) }
+
+    static func isVirtual(_ path: String) -> Bool { path.hasPrefix("/sys/devices/virtual/") }
 
     /// The first ancestor on a bus, e.g. "pci", "usb", "serio", "virtio".
     var bus: String? {

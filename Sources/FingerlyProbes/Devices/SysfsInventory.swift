@@ -35,6 +35,7 @@ package struct SysfsInventory: DeviceInventory {
         var nodes: [DeviceNode] = []
         for name in try host.listDirectory(directory) {
             let path = resolve(directory + "/" + name)
+            if !query.includesVirtual && DeviceNode.isVirtual(path) { continue }
             let properties = uevent(path)
             let devtype = properties["DEVTYPE"]
             if let wanted = query.devtype, devtype != wanted { continue }

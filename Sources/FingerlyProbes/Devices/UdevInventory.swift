@@ -38,7 +38,7 @@ package final class UdevInventory: DeviceInventory {
             entry = udev_list_entry_get_next(current)
         }
         var nodes: [DeviceNode] = []
-        for path in paths.sorted() {
+        for path in paths.sorted() where query.includesVirtual || !DeviceNode.isVirtual(path) {
             guard let device = udev_device_new_from_syspath(context, path) else { continue }
             defer { udev_device_unref(device) }
             let devtype = string(udev_device_get_devtype(device))

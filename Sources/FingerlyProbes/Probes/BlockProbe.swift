@@ -12,14 +12,15 @@ package struct BlockProbe: Probe {
             let identifiers = context.wants("block.serials") || context.wants("block.wwns")
                 ? ["wwid", "serial", "device/wwid", "device/serial"] : []
             devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "block", devtype: "disk",
-                attributes: ["size", "removable", "queue/rotational", "device/model", "device/vendor", "device/transport"] + identifiers))
+                attributes: ["size", "removable", "queue/rotational", "device/model", "device/vendor", "device/transport"] + identifiers,
+                includesVirtual: false))
         } catch { throw ProbeFailure(error) }
 
         var descriptions: [String] = []
         var serials: [String] = []
         var wwns: [String] = []
         var fixed = 0
-        for disk in devices where !disk.isVirtual {
+        for disk in devices {
             let attributes = disk.attributes
             let model = (attributes["device/model"] ?? disk.properties["ID_MODEL"] ?? "").trimmingWhitespace()
             let vendor = (attributes["device/vendor"] ?? "").trimmingWhitespace()

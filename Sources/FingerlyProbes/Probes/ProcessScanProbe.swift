@@ -17,6 +17,7 @@ package struct ProcessScanProbe: Probe {
         var injectors: [String] = []
         var uinputHolders: [String] = []
         var deniedFds = 0
+        let uinputMayBeHeld = Self.uinputMayBeHeld(on: host)
         for pid in entries {
             // Processes come and go while we look: a vanished one is simply skipped.
             guard let comm = context.attemptIfPresent({ () throws(HostReadError) in try host.readAttribute("/proc/\(pid)/comm") }) else { continue }
@@ -28,6 +29,7 @@ package struct ProcessScanProbe: Probe {
                 displays.append("\(comm) with the dummy driver (pid \(pid))")
             }
             if context.tables.strings("inputInjectorProcesses").contains(comm) { injectors.append("\(comm) (pid \(pid))") }
+            guard uinputMayBeHeld else { continue }
             do {
                 for fd in try host.listDirectory("/proc/\(pid)/fd") {
                     if context.attemptIfPresent({ () throws(HostReadError) in try host.readLink("/proc/\(pid)/fd/\(fd)") }) == "/dev/uinput" {
@@ -45,5 +47,13 @@ package struct ProcessScanProbe: Probe {
         context.emit("automation.virtual_display_processes", displays)
         context.emit("automation.input_injector_processes", injectors)
         context.emit("automation.uinput_holders", uinputHolders)
+    }
+
+    /// Whether any process can have /dev/uinput open. An open uinput pins its module, so while one
+    /// is held the kernel lists the device in /sys/class/misc; a host whose list lacks it spares
+    /// the reading of every open descriptor of every process (thousands on a desktop). A tree
+    /// without the list at all is scanned.
+    static func uinputMayBeHeld(on host: HostFileSystem) -> Bool {
+        host.exists("/sys/class/misc/uinput") || !host.exists("/sys/class/misc")
     }
 }
