@@ -367,7 +367,7 @@ static void choose_cache(struct slot_search *search, const char *symbols, const 
 long fingerly_redirected_slots(const char *symbols, const char *library, fingerly_redirected_slot *slots,
                                size_t capacity) {
 #if defined(FINGERLY_JUMP_SLOT)
-    void *handle = fingerly_loader.open(library, RTLD_LAZY | RTLD_NOLOAD);
+    void *handle = fingerly_open_loaded(library);
     if (!handle) return -1;
     // Some 16 KiB: on the calling thread's stack, which a probe thread has plenty of.
     struct slot_search search = {.slots = slots, .capacity = capacity};

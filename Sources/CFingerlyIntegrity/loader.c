@@ -27,26 +27,9 @@ static int list_object(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size;
     struct listing *listing = data;
     fingerly_loaded_objects_report *report = listing->report;
-    const ElfW(Dyn) *dynamic = NULL;
-    for (int index = 0; index < info->dlpi_phnum; index++) {
-        if (info->dlpi_phdr[index].p_type == PT_DYNAMIC) {
-            dynamic = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[index].p_vaddr);
-        }
-    }
-    const char *strings = NULL;
-    const char *soname = "";
-    if (dynamic) {
-        for (const ElfW(Dyn) *entry = dynamic; entry->d_tag != DT_NULL; entry++) {
-            // glibc relocates DT_STRTAB to an absolute address; the vDSO leaves it relative.
-            if (entry->d_tag == DT_STRTAB) {
-                strings = (const char *)entry->d_un.d_ptr;
-                if ((ElfW(Addr))strings < info->dlpi_addr) strings += info->dlpi_addr;
-            }
-        }
-        for (const ElfW(Dyn) *entry = dynamic; strings && entry->d_tag != DT_NULL; entry++) {
-            if (entry->d_tag == DT_SONAME) soname = strings + entry->d_un.d_val;
-        }
-    }
+    const char *strings;
+    const ElfW(Dyn) *dynamic = fingerly_object_dynamic(info, &strings);
+    const char *soname = fingerly_object_soname(info);
     size_t object_index = report->objects_found++;
     if (object_index < listing->object_capacity) {
         fingerly_loaded_object *object = &listing->objects[object_index];
@@ -91,7 +74,7 @@ void fingerly_loaded_objects(fingerly_loaded_object *objects, size_t object_capa
 
 int fingerly_symbol_origin(const char *symbol, const char *library, const void **global_address,
                            char *global_path, size_t global_capacity, char *library_path, size_t library_capacity) {
-    void *handle = fingerly_loader.open(library, RTLD_LAZY | RTLD_NOLOAD);
+    void *handle = fingerly_open_loaded(library);
     if (!handle) return -1;
     void *inside = fingerly_loader.symbol(handle, symbol);
     void *global = fingerly_loader.symbol(RTLD_DEFAULT, symbol);

@@ -17,4 +17,16 @@ struct fingerly_loader_functions {
 
 extern __attribute__((visibility("hidden"))) const struct fingerly_loader_functions fingerly_loader;
 
+/// An object's dynamic section (NULL when it has none), and its string table in `strings`.
+__attribute__((visibility("hidden"))) const ElfW(Dyn) *fingerly_object_dynamic(const struct dl_phdr_info *info,
+                                                                               const char **strings);
+
+/// An object's DT_SONAME, or "" when it has none.
+__attribute__((visibility("hidden"))) const char *fingerly_object_soname(const struct dl_phdr_info *info);
+
+/// A handle on `library` (a file name such as "libssl.so.3") when a loaded object carries that
+/// name or soname, else NULL. What dlopen(RTLD_NOLOAD) answers, without its search of the library
+/// path for a library that is not loaded: a dozen file system calls on every check.
+__attribute__((visibility("hidden"))) void *fingerly_open_loaded(const char *library);
+
 #endif

@@ -37,11 +37,13 @@ enum RunSlowdown: Sendable {
 
 /// Runs probes concurrently under a hard wall-clock budget.
 ///
-/// Each probe runs on an OS thread of its own (one kept from an earlier probe: `ProbeThreads`).
-/// The coordinator waits on a semaphore with a deadline and never on a probe, so a probe stuck
-/// in a system call is abandoned (reported `timeout`) and `run` still returns on time. Fast
-/// probes are queued before deferred ones, so the deferred tier can never starve the fast tier
-/// of slots.
+/// Probes run on OS threads (kept from earlier runs: `ProbeThreads`), at most `concurrency` at
+/// once. Each thread takes the next probe itself as it finishes one, so a run of microsecond
+/// probes costs a few thread wake-ups, not two per probe: between CPUs of a virtual machine
+/// each one costs tens of microseconds. The coordinator waits on a semaphore with a deadline and
+/// never on a probe, so a probe stuck in a system call is abandoned (reported `timeout`, its
+/// thread replaced) and `run` still returns on time. Fast probes are queued before deferred ones,
+/// so the deferred tier can never starve the fast tier of slots.
 struct Scheduler: Sendable {
     let budgetMs: Int
     let concurrency: Int
@@ -51,6 +53,25 @@ struct Scheduler: Sendable {
     static let longestWaitMs = 60_000.0
     /// How many of its slowest turns the coordinator keeps back from the budget to finish in.
     static let reservedTurns = 8.0
+
+    private struct RunningProbe {
+        let startedAt: Double
+        let deadline: Double
+        let allowance: ReadAllowance
+    }
+
+    /// What the coordinator and the probe threads share, under one lock.
+    private struct RunState {
+        var pending: ArraySlice<Int>
+        var running: [Int: RunningProbe] = [:]
+        var finished: [Int: ProbeEntry] = [:]
+        /// Threads taking probes, not counting those whose probe was abandoned.
+        var threads = 0
+        /// No probe starts at or after this (the budget less what finishing needs).
+        var stopAt: Double
+        /// When the coordinator wakes next: a probe started with an earlier deadline wakes it.
+        var coordinatorWakesAt = -Double.infinity
+    }
 
     /// - Parameters:
     ///   - startedAt: when the caller's budget began (monotonic ms); defaults to now.
@@ -63,16 +84,6 @@ struct Scheduler: Sendable {
     func run(_ jobs: [ScheduledProbe], in environment: ProbeEnvironment, startedAt: Double = monotonicMilliseconds(),
              slowdown: RunSlowdown = .none) -> [ProbeEntry] {
         let budgetDeadline = startedAt + Double(budgetMs)
-        let finished = Mutex<[Int: ProbeEntry]>([:])
-        let wakeUp = DispatchSemaphore(value: 0)
-
-        // Stable order: fast before deferred, catalogue order within a tier.
-        var pending = jobs.indices.sorted { (jobs[$0].tier, $0) < (jobs[$1].tier, $1) }[...]
-        var running: [Int: (startedAt: Double, deadline: Double)] = [:]
-        // Each probe reads under its own allowance; abandoning a probe stops its next read.
-        var allowances: [Int: ReadAllowance] = [:]
-        var entries: [Int: ProbeEntry] = [:]
-
         // What finishing costs: after the last probe the coordinator still builds the entries, and
         // the caller the report. The run keeps that back from the budget, up to half of it, and ends
         // that much early: what the slowdown seen before the run says (above), or a few of this
@@ -86,49 +97,91 @@ struct Scheduler: Sendable {
         }
         var runDeadline: Double { budgetDeadline - reserveMs }
 
-        while true {
-            while running.count < max(1, concurrency), let index = pending.first, monotonicMilliseconds() < runDeadline {
-                pending.removeFirst()
-                let job = jobs[index]
-                let startedAt = monotonicMilliseconds()
-                running[index] = (startedAt, startedAt + Double(job.timeoutMs))
-                let allowance = ReadAllowance(bytes: Self.readAllowanceBytes)
-                allowances[index] = allowance
-                let started = ProbeThreads.shared.start {
-                    let entry = Self.execute(job, in: environment, allowance: allowance, startedAt: startedAt,
-                                             deadline: min(startedAt + Double(job.timeoutMs), budgetDeadline))
-                    finished.withLock { $0[index] = entry }
-                    wakeUp.signal()
-                }
-                if !started {
-                    running[index] = nil
-                    entries[index] = job.entry(.error, durationMs: 0, detail: ProbeFailure.threadStartFailure)
-                }
-            }
-            if running.isEmpty && pending.isEmpty { break }
+        // Stable order: fast before deferred, catalogue order within a tier.
+        let order = jobs.indices.sorted { (jobs[$0].tier, $0) < (jobs[$1].tier, $1) }
+        let shared = Mutex(RunState(pending: order[...], stopAt: runDeadline))
+        let wakeUp = DispatchSemaphore(value: 0)
+        var entries: [Int: ProbeEntry] = [:]
 
-            let nextDeadline = running.values.map(\.deadline).min().map { min($0, runDeadline) } ?? runDeadline
-            let waitMs = min(max(0, nextDeadline - monotonicMilliseconds()), Self.longestWaitMs)
-            let wakeAt = monotonicMilliseconds() + waitMs
+        let takeProbes: @Sendable () -> Void = {
+            while true {
+                let now = monotonicMilliseconds()
+                let taken = shared.withLock { state -> (index: Int, running: RunningProbe, urgent: Bool)? in
+                    guard now < state.stopAt, let index = state.pending.popFirst() else {
+                        state.threads -= 1
+                        return nil
+                    }
+                    let running = RunningProbe(startedAt: now, deadline: now + Double(jobs[index].timeoutMs),
+                                               allowance: ReadAllowance(bytes: Self.readAllowanceBytes))
+                    state.running[index] = running
+                    return (index, running, running.deadline < state.coordinatorWakesAt)
+                }
+                guard let taken else {
+                    wakeUp.signal()
+                    return
+                }
+                if taken.urgent { wakeUp.signal() }
+                let entry = Self.execute(jobs[taken.index], in: environment, allowance: taken.running.allowance,
+                                         startedAt: taken.running.startedAt,
+                                         deadline: min(taken.running.deadline, budgetDeadline))
+                let kept = shared.withLock { state in
+                    guard state.running.removeValue(forKey: taken.index) != nil else { return false }
+                    state.finished[taken.index] = entry
+                    return true
+                }
+                // Abandoned: another thread has taken this one's place, and the result is dropped.
+                guard kept else { return }
+            }
+        }
+        func startThreads(_ count: Int) {
+            for _ in 0..<count {
+                shared.withLock { $0.threads += 1 }
+                if !ProbeThreads.shared.start(takeProbes) { shared.withLock { $0.threads -= 1 } }
+            }
+        }
+        startThreads(min(max(1, concurrency), jobs.count))
+
+        while true {
+            let (arrived, wakeAt, done, starved) = shared.withLock { state in
+                let arrived = state.finished
+                state.finished.removeAll()
+                state.stopAt = runDeadline
+                state.coordinatorWakesAt = min(state.running.values.map(\.deadline).min() ?? runDeadline, runDeadline)
+                let starved = state.threads == 0 && !state.pending.isEmpty
+                return (arrived, state.coordinatorWakesAt, state.pending.isEmpty && state.running.isEmpty, starved)
+            }
+            entries.merge(arrived) { first, _ in first }
+            if done { break }
+            if starved && monotonicMilliseconds() < runDeadline {
+                // Not one thread could be started: what has not run cannot run. (Threads also stop
+                // taking probes when the budget is out; the wait below then ends the run.)
+                let unstarted = shared.withLock { state in
+                    defer { state.pending.removeAll() }
+                    return Array(state.pending)
+                }
+                for index in unstarted {
+                    entries[index] = jobs[index].entry(.error, durationMs: 0, detail: ProbeFailure.threadStartFailure)
+                }
+                continue
+            }
+
+            let waitMs = min(max(0, wakeAt - monotonicMilliseconds()), Self.longestWaitMs)
+            let asked = monotonicMilliseconds() + waitMs
             _ = wakeUp.wait(timeout: .now() + .microseconds(Int(waitMs * 1000)))
             let woke = monotonicMilliseconds()
-
-            let arrived: [Int: ProbeEntry] = finished.withLock { done in
-                let taken = done
-                done.removeAll()
-                return taken
-            }
-            for (index, entry) in arrived {
-                // A late result from an already abandoned probe is dropped here.
-                if running.removeValue(forKey: index) != nil { entries[index] = entry }
-            }
-            let now = monotonicMilliseconds()
             // A late wake-up counts too: this thread could not run when it asked to.
-            let turnMs = now - woke + max(0, woke - wakeAt)
+            let turnMs = monotonicMilliseconds() - woke + max(0, woke - asked)
             reserveMs = min(Double(budgetMs) / 2, max(reserveMs, Self.reservedTurns * turnMs))
-            for (index, slot) in running where slot.deadline <= now {
-                running[index] = nil
-                allowances[index]?.abandon()
+            let now = monotonicMilliseconds()
+
+            let (overdue, replacements) = shared.withLock { state -> ([(Int, RunningProbe)], Int) in
+                let overdue = state.running.filter { $0.value.deadline <= now }
+                for (index, _) in overdue { state.running[index] = nil }
+                state.threads -= overdue.count
+                return (Array(overdue), state.pending.isEmpty ? 0 : overdue.count)
+            }
+            for (index, slot) in overdue {
+                slot.allowance.abandon()
                 entries[index] = jobs[index].entry(.timeout, durationMs: now - slot.startedAt,
                                                    detail: "exceeded its \(jobs[index].timeoutMs) ms timeout and was abandoned")
             }
@@ -136,16 +189,28 @@ struct Scheduler: Sendable {
                 let why = reserveMs < 10 ? "the \(budgetMs) ms budget ran out"
                     : "the \(budgetMs) ms budget ran out (\(Int(reserveMs)) ms of it kept to finish: this process runs slowly)"
                 let stillRunning = "still running when \(why); abandoned", notStarted = "not started: \(why)"
+                let (arrivedLast, running, unstarted) = shared.withLock { state in
+                    defer {
+                        state.finished.removeAll()
+                        state.running.removeAll()
+                        state.pending.removeAll()
+                        state.stopAt = -Double.infinity
+                    }
+                    return (state.finished, state.running, Array(state.pending))
+                }
+                entries.merge(arrivedLast) { first, _ in first }
                 for (index, slot) in running {
-                    allowances[index]?.abandon()
+                    slot.allowance.abandon()
                     entries[index] = jobs[index].entry(.timeout, durationMs: now - slot.startedAt, detail: stillRunning)
                 }
-                for index in pending {
+                for index in unstarted {
                     // timeout, not skipped: its evidence is missing and the verdicts must say so.
                     entries[index] = jobs[index].entry(.timeout, durationMs: 0, detail: notStarted)
                 }
                 break
             }
+            // An abandoned probe's thread is stuck: others take its place while probes wait.
+            startThreads(replacements)
         }
         return jobs.indices.compactMap { entries[$0] }
     }
