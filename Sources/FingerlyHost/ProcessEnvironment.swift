@@ -6,7 +6,7 @@ import Synchronization
 /// environment and a hooked `getenv` or an `unsetenv` in a preloaded constructor cannot hide
 /// what the process was started with; on the live host with raw system calls, so a hooked
 /// `read` cannot filter it either.
-package struct ProcessEnvironment {
+package struct ProcessEnvironment: Sendable {
     package static let path = "/proc/self/environ"
 
     package let variables: [String: String]
@@ -19,17 +19,13 @@ package struct ProcessEnvironment {
     }
 
     /// The kernel keeps the environment block a process was started with; it never changes, so
-    /// the live host's is read once per process.
-    private static let liveBytes = Mutex<[UInt8]?>(nil)
+    /// the live host's is read and parsed once per process (two probes of every integrity check
+    /// ask for it).
+    private static let live = Mutex<ProcessEnvironment?>(nil)
 
     package static func read(from host: HostFileSystem) throws(HostReadError) -> ProcessEnvironment {
-        let bytes: [UInt8]
-        if host.isLiveHost, let cached = liveBytes.withLock({ $0 }) {
-            bytes = cached
-        } else {
-            bytes = try host.readBypassingLibc(path, limit: 1024 * 1024)
-            if host.isLiveHost { liveBytes.withLock { $0 = bytes } }
-        }
+        if host.isLiveHost, let cached = live.withLock({ $0 }) { return cached }
+        let bytes = try host.readBypassingLibc(path, limit: 1024 * 1024)
         var variables: [String: String] = [:]
         var malformed = 0
         for entry in bytes.split(separator: 0) {
@@ -43,7 +39,9 @@ package struct ProcessEnvironment {
         if variables.isEmpty && malformed > 0 {
             throw HostReadError(.malformed, path: path, detail: "\(malformed) entries and none of the form NAME=value")
         }
-        return ProcessEnvironment(variables: variables, malformedEntries: malformed)
+        let environment = ProcessEnvironment(variables: variables, malformedEntries: malformed)
+        if host.isLiveHost { live.withLock { $0 = environment } }
+        return environment
     }
 
     package subscript(name: String) -> String? { variables[name] }
