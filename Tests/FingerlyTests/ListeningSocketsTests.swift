@@ -6,59 +6,6 @@ import Testing
 @testable import FingerlyModel
 @testable import FingerlyProbes
 
-/// A socket of the test's own, bound to the loopback address on `port` (0: any free one), and
-/// listening unless told not to. Closed when the test ends.
-final class LoopbackTestSocket {
-    let descriptor: Int32
-    let port: Int
-
-    init(family: Int32, port: Int = 0, listening: Bool = true) throws {
-        let descriptor = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        try #require(descriptor >= 0, "socket: \(String(cString: strerror(errno)))")
-        var yes: Int32 = 1
-        setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var bound: Int32
-        var found = 0
-        if family == AF_INET {
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
-            bound = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                }
-            }
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            _ = withUnsafeMutablePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
-            }
-            found = Int(UInt16(bigEndian: address.sin_port))
-        } else {
-            var address = sockaddr_in6()
-            address.sin6_family = sa_family_t(AF_INET6)
-            address.sin6_port = in_port_t(UInt16(port).bigEndian)
-            address.sin6_addr = in6addr_any
-            bound = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in6>.size))
-                }
-            }
-            var length = socklen_t(MemoryLayout<sockaddr_in6>.size)
-            _ = withUnsafeMutablePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
-            }
-            found = Int(UInt16(bigEndian: address.sin6_port))
-        }
-        try #require(bound == 0, "bind: \(String(cString: strerror(errno)))")
-        if listening { try #require(listen(descriptor, 4) == 0, "listen: \(String(cString: strerror(errno)))") }
-        self.descriptor = descriptor
-        self.port = found
-    }
-
-    deinit { close(descriptor) }
-}
-
 /// TCP listeners: the kernel's sock_diag answer on the live host, /proc/net/tcp{,6} in a root tree.
 @Suite struct ListeningSocketsTests {
     static func procTablePorts(_ path: String) throws -> Set<Int> {
@@ -66,13 +13,13 @@ final class LoopbackTestSocket {
     }
 
     @Test func theKernelNamesTheSameListenersAsTheProcTables() throws {
-        let listener = try LoopbackTestSocket(family: AF_INET)
-        let boundOnly = try LoopbackTestSocket(family: AF_INET, listening: false)
+        let listener = try HeldLoopbackPort(listening: true)
+        let boundOnly = try HeldLoopbackPort()
         let fromKernel = try NetworkDevice.listeningTCPPorts(family: AF_INET)
         let fromFile = try Self.procTablePorts("/proc/net/tcp")
         for ports in [fromKernel, fromFile] {
-            #expect(ports.contains(listener.port), "listener \(listener.port) missing from \(ports.sorted())")
-            #expect(!ports.contains(boundOnly.port), "a socket that does not listen was named: \(boundOnly.port)")
+            #expect(ports.contains(Int(listener.port)), "listener \(listener.port) missing from \(ports.sorted())")
+            #expect(!ports.contains(Int(boundOnly.port)), "a socket that does not listen was named: \(boundOnly.port)")
         }
 
         let sixSocket = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
@@ -85,17 +32,17 @@ final class LoopbackTestSocket {
             return
         }
         close(sixSocket)
-        let sixListener = try LoopbackTestSocket(family: AF_INET6)
+        let sixListener = try HeldLoopbackPort(family: AF_INET6, listening: true)
         let sixFromKernel = try NetworkDevice.listeningTCPPorts(family: AF_INET6)
-        #expect(sixFromKernel.contains(sixListener.port), "\(sixListener.port) missing from \(sixFromKernel.sorted())")
-        #expect(try Self.procTablePorts("/proc/net/tcp6").contains(sixListener.port))
-        #expect(!sixFromKernel.contains(listener.port), "an IPv4 listener was named as IPv6")
+        #expect(sixFromKernel.contains(Int(sixListener.port)), "\(sixListener.port) missing from \(sixFromKernel.sorted())")
+        #expect(try Self.procTablePorts("/proc/net/tcp6").contains(Int(sixListener.port)))
+        #expect(!sixFromKernel.contains(Int(listener.port)), "an IPv4 listener was named as IPv6")
     }
 
     @Test func aListenerOnAnInstrumentationServersPortIsNamedOnTheLiveHost() throws {
         // Whoever else listens there now is a listener all the same: the probe must name it.
-        let frida = try? LoopbackTestSocket(family: AF_INET, port: 27042)
-        let elsewhere = try LoopbackTestSocket(family: AF_INET)
+        let frida = try? HeldLoopbackPort(port: 27042, listening: true)
+        let elsewhere = try HeldLoopbackPort(listening: true)
         let context = ProbeContext(host: HostFileSystem(root: "/"), tables: .embedded, filter: .none,
                                    hasher: IdentifierHasher(organization: "acme"))
         try ListeningSocketsProbe().collect(into: context)

@@ -10,29 +10,45 @@ import Testing
 
 /// A loopback TCP port this process holds: bound and not listened on, connections to it are
 /// refused for as long as it is held, and no other test can take it meanwhile; listened on, it
-/// is an address in use.
+/// is an address in use. `port` 0 takes any free one. AF_INET6 binds the any address: a
+/// container's loopback may have no ::1.
 final class HeldLoopbackPort {
     let descriptor: Int32
     let port: UInt16
 
-    init(listening: Bool = false) throws {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    init(family: Int32 = AF_INET, port wanted: UInt16 = 0, listening: Bool = false) throws {
+        let descriptor = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else { throw POSIXError(.EMFILE) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0
+        /// Binds `address` and reads back the port the kernel gave it.
+        func bindAndName<Address>(_ address: inout Address, port: (Address) -> in_port_t) -> UInt16? {
+            var length = socklen_t(MemoryLayout<Address>.size)
+            let bound = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0
+                }
             }
+            return bound ? UInt16(bigEndian: port(address)) : nil
         }
-        guard bound, !listening || listen(descriptor, 1) == 0 else {
+        var found: UInt16?
+        if family == AF_INET6 {
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = wanted.bigEndian
+            address.sin6_addr = in6addr_any
+            found = bindAndName(&address) { $0.sin6_port }
+        } else {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = wanted.bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            found = bindAndName(&address) { $0.sin_port }
+        }
+        guard let found, !listening || listen(descriptor, 1) == 0 else {
             close(descriptor)
             throw POSIXError(.EADDRINUSE)
         }
         self.descriptor = descriptor
-        port = UInt16(bigEndian: address.sin_port)
+        port = found
     }
 
     deinit { close(descriptor) }

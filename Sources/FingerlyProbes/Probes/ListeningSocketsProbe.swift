@@ -17,8 +17,8 @@ package struct ListeningSocketsProbe: Probe {
         var ports: Set<Int> = []
         var read = false
         for source in Self.sources {
+            // try? justified: any failure of the netlink query leaves the file, which says the same.
             if context.host.isLiveHost, let listening = try? NetworkDevice.listeningTCPPorts(family: source.family) {
-                // try? justified: any failure of the netlink query leaves the file, which says the same.
                 ports.formUnion(listening)
                 read = true
                 continue
