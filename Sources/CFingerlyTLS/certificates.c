@@ -12,8 +12,11 @@
 #include <string.h>
 
 /// Whether a PEM block's label is a certificate's.
+/// Whether a PEM block's label is one libcrypto reads a certificate from (PEM_STRING_X509, _TRUSTED, _OLD):
+/// a store loading the file trusts all three, so a root under any of them must be seen here.
 static bool is_certificate(const char *name) {
-    return strcmp(name, "CERTIFICATE") == 0 || strcmp(name, "TRUSTED CERTIFICATE") == 0;
+    return strcmp(name, "CERTIFICATE") == 0 || strcmp(name, "TRUSTED CERTIFICATE") == 0 ||
+           strcmp(name, "X509 CERTIFICATE") == 0;
 }
 
 int fingerly_certificate_fingerprints(const char *pem, size_t length, fingerly_fingerprint *fingerprints,
@@ -51,7 +54,7 @@ int fingerly_certificate_fingerprints(const char *pem, size_t length, fingerly_f
 }
 
 struct block {
-    unsigned char *der;
+    const unsigned char *der;
     long length;
     char fingerprint[FINGERLY_FINGERPRINT_SIZE];
     int packaged;
@@ -85,6 +88,32 @@ static bool impersonates_packaged(X509 *local, struct block *blocks, size_t coun
 
 static int compare_fingerprints(const void *left, const void *right) {
     return strcmp(((const fingerly_fingerprint *)left)->hex, ((const fingerly_fingerprint *)right)->hex);
+}
+
+/// Describes the blocks that are not packaged (as many as `local` holds, the rest counted) and counts the
+/// packaged ones. Only what is not shipped is parsed in full: decoding X.509 is most of the cost.
+static int describe_blocks(struct block *blocks, size_t count, fingerly_local_certificate *local, size_t capacity,
+                           fingerly_trust_scan *scan) {
+    for (size_t index = 0; index < count; index++) {
+        if (blocks[index].packaged) { scan->packaged_count++; continue; }
+        if (scan->local.count == capacity) {
+            // Counted, not parsed: the caller learns how many were not examined.
+            scan->local.found++;
+            scan->local.cut = true;
+            continue;
+        }
+        const unsigned char *cursor = blocks[index].der;
+        X509 *parsed = d2i_X509(NULL, &cursor, blocks[index].length);
+        if (!parsed) continue;
+        fingerly_local_certificate *entry = &local[scan->local.count];
+        fingerly_describe_certificate(parsed, &entry->certificate);
+        entry->impersonates_packaged = impersonates_packaged(parsed, blocks, count);
+        scan->local.count++;
+        scan->local.found++;
+        X509_free(parsed);
+    }
+    for (size_t index = 0; index < count; index++) X509_free(blocks[index].parsed);
+    return 0;
 }
 
 int fingerly_scan_trusted_certificates(const char *pem, size_t length, const fingerly_fingerprint *packaged,
@@ -127,30 +156,27 @@ int fingerly_scan_trusted_certificates(const char *pem, size_t length, const fin
         der = NULL;
     }
     BIO_free(bio);
+    if (result == 0) result = describe_blocks(blocks, count, local, capacity, scan);
+    for (size_t index = 0; blocks && index < count; index++) OPENSSL_free((void *)blocks[index].der);
+    free(blocks);
+    return result;
+}
 
-    // Only what is not shipped is parsed in full: decoding X.509 is most of the cost.
-    for (size_t index = 0; result == 0 && index < count; index++) {
-        if (blocks[index].packaged) { scan->packaged_count++; continue; }
-        if (scan->local.count == capacity) {
-            // Counted, not parsed: the caller learns how many were not examined.
-            scan->local.found++;
-            scan->local.cut = true;
-            continue;
-        }
-        const unsigned char *cursor = blocks[index].der;
-        X509 *parsed = d2i_X509(NULL, &cursor, blocks[index].length);
-        if (!parsed) continue;
-        fingerly_local_certificate *entry = &local[scan->local.count];
-        fingerly_describe_certificate(parsed, &entry->certificate);
-        entry->impersonates_packaged = impersonates_packaged(parsed, blocks, count);
-        scan->local.count++;
-        scan->local.found++;
-        X509_free(parsed);
+int fingerly_describe_trusted_blocks(const fingerly_certificate_block *decoded, size_t count,
+                                     fingerly_local_certificate *local, size_t capacity, fingerly_trust_scan *scan) {
+    memset(scan, 0, sizeof *scan);
+    if (count == 0) return 0;
+    if (count > SIZE_MAX / sizeof(struct block)) return -ENOMEM;
+    struct block *blocks = calloc(count, sizeof *blocks);
+    if (!blocks) return -ENOMEM;
+    int result = 0;
+    for (size_t index = 0; index < count && result == 0; index++) {
+        if (decoded[index].length > LONG_MAX) result = -EFBIG;
+        blocks[index].der = decoded[index].der;
+        blocks[index].length = (long)decoded[index].length;
+        blocks[index].packaged = decoded[index].packaged;
     }
-    for (size_t index = 0; blocks && index < count; index++) {
-        OPENSSL_free(blocks[index].der);
-        X509_free(blocks[index].parsed);
-    }
+    if (result == 0) result = describe_blocks(blocks, count, local, capacity, scan);
     free(blocks);
     return result;
 }

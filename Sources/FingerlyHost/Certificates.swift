@@ -54,12 +54,29 @@ package struct TrustedCertificateScan: Sendable, Hashable {
     /// Local certificates there were, described or not.
     package let localFound: Int
     package var isCut: Bool { local.count < localFound }
+    /// Every certificate's fingerprint, when the text was read without libcrypto.
+    package let fingerprints: [String]?
 
-    package init(packagedCount: Int, local: [LocalCertificate], localFound: Int) {
+    package init(packagedCount: Int, local: [LocalCertificate], localFound: Int, fingerprints: [String]? = nil) {
         self.packagedCount = packagedCount
         self.local = local
         self.localFound = localFound
+        self.fingerprints = fingerprints
     }
+
+    init(_ scan: fingerly_trust_scan, local: [fingerly_local_certificate], fingerprints: [String]?) {
+        self.init(packagedCount: scan.packaged_count,
+                  local: local.map { LocalCertificate(certificate: CertificateDescription($0.certificate),
+                                                      impersonatesPackaged: $0.impersonates_packaged) },
+                  localFound: scan.local.found, fingerprints: fingerprints)
+    }
+}
+
+/// Why certificates could not be read.
+package enum CertificateReadError: Error, Equatable {
+    case system(SystemError)
+    /// The text needed libcrypto (it is not canonical, or holds a certificate to describe) and it cannot be used.
+    case libcryptoUnavailable(String)
 }
 
 package enum Certificates {
@@ -69,8 +86,21 @@ package enum Certificates {
     package static let nameLimit = Int(FINGERLY_NAME_SIZE) - 1
 
     /// SHA-256 of every certificate block in PEM text, without parsing the certificates: at most
-    /// `limit`, the rest counted (`isCut`).
-    package static func fingerprints(ofPEM pem: [UInt8], limit: Int = defaultLimit) throws(SystemError) -> CertificateFingerprints {
+    /// `limit`, the rest counted (`isCut`). Canonical text is decoded here; anything else by libcrypto.
+    package static func fingerprints(ofPEM pem: [UInt8], limit: Int = defaultLimit)
+        throws(CertificateReadError) -> CertificateFingerprints {
+        let limit = max(limit, 0)
+        if let blocks = CanonicalPEM.certificateBlocks(pem) {
+            let shown = (0..<min(limit, blocks.count)).map { fingerprint(of: blocks.block($0)) }
+            return CertificateFingerprints(fingerprints: shown, found: blocks.count)
+        }
+        return try libcryptoFingerprints(ofPEM: pem, limit: limit)
+    }
+
+    /// `fingerprints(ofPEM:limit:)` as libcrypto reads the text, whatever its form.
+    package static func libcryptoFingerprints(ofPEM pem: [UInt8], limit: Int = defaultLimit)
+        throws(CertificateReadError) -> CertificateFingerprints {
+        if let problem = libcryptoProblem() { throw .libcryptoUnavailable(problem) }
         let capacity = min(max(limit, 0), pemBlockBound(pem))
         var extent = fingerly_list_extent()
         var result: Int32 = 0
@@ -82,7 +112,7 @@ package enum Certificates {
             }
             initialized = result == 0 ? extent.count : 0
         }
-        guard result == 0 else { throw SystemError(-result) }
+        guard result == 0 else { throw .system(SystemError(-result)) }
         return CertificateFingerprints(fingerprints: hashes.map { hash in
             var hash = hash
             return text { fingerly_fingerprint_text(&hash, $0) }
@@ -90,13 +120,41 @@ package enum Certificates {
     }
 
     /// Describes every certificate of `pem` whose fingerprint is not packaged (at most `limit`,
-    /// the rest counted and not parsed: `isCut`), and counts the packaged ones.
-    package static func scanTrusted(pem: [UInt8], packagedFingerprints: [String],
-                                    limit: Int = defaultLimit) throws(SystemError) -> TrustedCertificateScan {
-        let capacity = min(max(limit, 0), pemBlockBound(pem))
+    /// the rest counted and not parsed: `isCut`), and counts the packaged ones. Canonical text whose
+    /// every certificate is packaged is read without libcrypto.
+    package static func scanTrusted(pem: [UInt8], packagedFingerprints: Set<String>,
+                                    limit: Int = defaultLimit) throws(CertificateReadError) -> TrustedCertificateScan {
+        let limit = max(limit, 0)
+        if let blocks = CanonicalPEM.certificateBlocks(pem) {
+            let fingerprints = (0..<blocks.count).map { fingerprint(of: blocks.block($0)) }
+            let packaged = fingerprints.map(packagedFingerprints.contains)
+            guard packaged.contains(false) else {
+                return TrustedCertificateScan(packagedCount: blocks.count, local: [], localFound: 0,
+                                              fingerprints: fingerprints)
+            }
+            if let problem = libcryptoProblem() { throw .libcryptoUnavailable(problem) }
+            let capacity = min(limit, blocks.count)
+            var scan = fingerly_trust_scan()
+            var result: Int32 = 0
+            let local = [fingerly_local_certificate](unsafeUninitializedCapacity: capacity) { buffer, initialized in
+                result = blocks.bytes.withUnsafeBufferPointer { bytes in
+                    let described = zip(blocks.ranges, packaged).map { range, isPackaged in
+                        fingerly_certificate_block(der: bytes.baseAddress! + range.lowerBound, length: range.count,
+                                                   packaged: isPackaged)
+                    }
+                    return fingerly_describe_trusted_blocks(described, described.count, buffer.baseAddress, capacity,
+                                                            &scan)
+                }
+                initialized = result == 0 ? scan.local.count : 0
+            }
+            guard result == 0 else { throw .system(SystemError(-result)) }
+            return TrustedCertificateScan(scan, local: local, fingerprints: nil)
+        }
+        if let problem = libcryptoProblem() { throw .libcryptoUnavailable(problem) }
+        let capacity = min(limit, pemBlockBound(pem))
         // Sorted fixed-size entries for the C side's binary search; anything that is not a
         // fingerprint (64 lower-case hex digits, as the C side writes them) can match nothing.
-        let packaged: [fingerly_fingerprint] = Set(packagedFingerprints).filter(Self.isFingerprint).sorted().map { hex in
+        let packaged: [fingerly_fingerprint] = packagedFingerprints.filter(Self.isFingerprint).sorted().map { hex in
             var entry = fingerly_fingerprint()
             let bytes = Array(hex.utf8)
             bytes.withUnsafeBufferPointer { buffer in
@@ -115,11 +173,21 @@ package enum Certificates {
             }
             initialized = result == 0 ? scan.local.count : 0
         }
-        guard result == 0 else { throw SystemError(-result) }
-        return TrustedCertificateScan(
-            packagedCount: scan.packaged_count,
-            local: local.map { LocalCertificate(certificate: CertificateDescription($0.certificate), impersonatesPackaged: $0.impersonates_packaged) },
-            localFound: scan.local.found)
+        guard result == 0 else { throw .system(SystemError(-result)) }
+        return TrustedCertificateScan(scan, local: local, fingerprints: nil)
+    }
+
+    /// SHA-256 of a certificate's DER, as the C side writes it.
+    static func fingerprint(of der: ArraySlice<UInt8>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        let digest = SHA256.hash(der)
+        return String(unsafeUninitializedCapacity: 2 * digest.count) { output in
+            for (index, byte) in digest.enumerated() {
+                output[2 * index] = digits[Int(byte >> 4)]
+                output[2 * index + 1] = digits[Int(byte & 0xF)]
+            }
+            return 2 * digest.count
+        }
     }
 
     /// A SHA-256 fingerprint as the C side writes it: 64 lower-case hex digits.

@@ -90,13 +90,18 @@ import Testing
             #expect(run.standardError.contains("calling init:"), "\(name): no loader trace")
             #expect(!Self.loadsLibcrypto(run), "\(name) loaded libcrypto")
         }
-        // The trust-store probe parses certificates with libcrypto: a full run opens it and the probe reports.
-        let fullDryRun = try LazyHTTPClientLoadingTests.runTracedCLI(["--no-submit", "--json"], state: state,
-                                                                     apiKey: TestKeys.standard)
-        #expect(fullDryRun.status == 0, "\(fullDryRun.standardError.suffix(2000))")
-        #expect(Self.loadsLibcrypto(fullDryRun), "the trust-store probe did not load libcrypto")
-        let trustStore = try fullDryRun.identifyResult().report.probe("trust-store")
-        #expect(trustStore.status == .ok, "\(trustStore.status): \(trustStore.detail ?? "")")
+        // The trust-store probe hashes packaged roots itself and opens libcrypto to describe a local one.
+        let packagedOnly = try TrustStoreCacheTests.trustTree(bundleHoldsLocalRoot: false).root
+        let withLocalRoot = try TrustStoreCacheTests.trustTree(bundleHoldsLocalRoot: true).root
+        for (root, loads) in [(packagedOnly, false), (withLocalRoot, true)] {
+            let fullDryRun = try LazyHTTPClientLoadingTests.runTracedCLI(["--no-submit", "--json", "--root", root],
+                                                                         state: state, apiKey: TestKeys.standard)
+            #expect(fullDryRun.status == 0, "\(fullDryRun.standardError.suffix(2000))")
+            #expect(Self.loadsLibcrypto(fullDryRun) == loads, "\(root): libcrypto loaded: \(!loads)")
+            let trustStore = try fullDryRun.identifyResult().report.probe("trust-store")
+            #expect(trustStore.status == .ok, "\(trustStore.status): \(trustStore.detail ?? "")")
+            #expect(trustStore.signals["tls.local_roots"]?.strings?.count == (loads ? 1 : 0), "\(trustStore.signals)")
+        }
         // The local mode signs its request with the device key: Ed25519 is libcrypto's.
         let local = try LazyHTTPClientLoadingTests.runTracedCLI(["--tiers", "fast", "--json"], state: state, apiKey: nil)
         #expect(local.status == 0, "\(local.standardError.suffix(2000))")
@@ -115,7 +120,9 @@ import Testing
         let state = try LazyHTTPClientLoadingTests.freshState("broken-libcrypto")
         var environment = SubmissionCLITests.environment(state: state, apiKey: TestKeys.standard)
         environment["LD_LIBRARY_PATH"] = directory
-        let run = try runProcess(TestPaths.cli, ["--no-submit", "--json"], environment: environment)
+        // A local root is what the probe needs libcrypto for.
+        let root = try TrustStoreCacheTests.trustTree(bundleHoldsLocalRoot: true).root
+        let run = try runProcess(TestPaths.cli, ["--no-submit", "--json", "--root", root], environment: environment)
         #expect(run.status == 0, "\(run.standardError.suffix(2000))")
         let trustStore = try run.identifyResult().report.probe("trust-store")
         #expect(trustStore.status == .error)

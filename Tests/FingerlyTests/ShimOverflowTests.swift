@@ -81,12 +81,12 @@ import Testing
         let root = try Self.tree(["/etc/ssl/certs/ca-certificates.crt": bundle])
 
         let whole = Self.context(root: root)
-        let store = try #require(TrustStore.read(whole))
+        let store = try #require(try TrustStore.read(whole))
         #expect(store.localRoots.count == 3)
         #expect(!whole.issues.contains { $0.detail == TrustStore.scanCutDetail })
 
         let cut = Self.context(root: root)
-        let shortened = try #require(TrustStore.read(cut, localRootLimit: 2))
+        let shortened = try #require(try TrustStore.read(cut, localRootLimit: 2))
         #expect(shortened.localRoots.count == 2)
         #expect(cut.issues.contains { $0.path == TrustStore.bundle && $0.detail == TrustStore.scanCutDetail }, "\(cut.issues)")
 

@@ -74,6 +74,18 @@ int fingerly_scan_trusted_certificates(const char *pem, size_t length, const fin
                                        size_t packaged_count, fingerly_local_certificate *local, size_t capacity,
                                        fingerly_trust_scan *scan);
 
+/// One certificate's DER, decoded from its PEM block by the caller, and whether its fingerprint is packaged.
+typedef struct {
+    const unsigned char *der;
+    size_t length;
+    bool packaged;
+} fingerly_certificate_block;
+
+/// fingerly_scan_trusted_certificates for blocks the caller decoded and matched against the packaged
+/// fingerprints itself: only the local ones, and the packaged ones they might impersonate, are parsed.
+int fingerly_describe_trusted_blocks(const fingerly_certificate_block *blocks, size_t count,
+                                     fingerly_local_certificate *local, size_t capacity, fingerly_trust_scan *scan);
+
 /// What fingerly_tls_pin_check found.
 enum fingerly_pin_outcome {
     /// A chain of verified signatures runs from the leaf, valid for the host, up to a pinned key.

@@ -32,34 +32,35 @@ package struct TrustStore {
     let packagedCount: Int
     let localRoots: [LocalRoot]
 
-    static func read(_ context: ProbeContext, localRootLimit: Int = localRootLimit) -> TrustStore? {
+    /// Throws only when a file needs libcrypto to be read and it cannot be used.
+    static func read(_ context: ProbeContext, localRootLimit: Int = localRootLimit) throws(ProbeFailure) -> TrustStore? {
         let host = context.host
         func bytes(_ path: String) -> [UInt8]? {
             // Whole or not at all: OpenSSL reads every certificate of the file, so padding in front
             // of an added root must not push it past what is read.
             context.attemptIfPresent { () throws(HostReadError) in try host.readWhole(path, limit: Self.fileLimit) }
         }
-        func fingerprints(_ path: String, of contents: [UInt8]) -> CertificateFingerprints? {
+        func fingerprints(_ path: String, of contents: [UInt8]) throws(ProbeFailure) -> CertificateFingerprints? {
             do {
                 // Fingerprints only: decoding base64 and hashing costs a fraction of a full X.509 parse.
                 let found = try Certificates.fingerprints(ofPEM: contents)
                 if found.isCut { context.recordMalformed(path, Self.fingerprintCutDetail) }
                 return found
             } catch {
-                context.record(HostReadError(path: path, systemError: error))
+                try Self.record(error, path, in: context)
                 return nil
             }
         }
-        func fingerprints(_ path: String) -> [String] {
+        func fingerprints(_ path: String) throws(ProbeFailure) -> [String] {
             guard let contents = bytes(path) else { return [] }
-            return fingerprints(path, of: contents)?.fingerprints ?? []
+            return try fingerprints(path, of: contents)?.fingerprints ?? []
         }
         let cache = context.trustStoreCacheStorage.map { storage in
             TrustStoreCache(contents: storage.load(), now: storage.currentSeconds())
         }
         /// The packaged roots' files only: what the cache keeps must be public.
-        func packagedFingerprints(_ path: String) -> [String] {
-            guard let cache else { return fingerprints(path) }
+        func packagedFingerprints(_ path: String) throws(ProbeFailure) -> [String] {
+            guard let cache else { return try fingerprints(path) }
             let outcome = context.attemptIfPresent { () throws(HostReadError) in
                 try host.readWhole(path, limit: Self.fileLimit) { cache.fingerprints(of: $0) }
             }
@@ -67,7 +68,7 @@ package struct TrustStore {
             case nil: return []
             case .known(let known)?: return known
             case .read(let contents, let identity)?:
-                guard let found = fingerprints(path, of: contents) else { return [] }
+                guard let found = try fingerprints(path, of: contents) else { return [] }
                 if !found.isCut {
                     cache.remember(identity, fingerprints: found.fingerprints, scannedAllPackaged: false)
                 }
@@ -77,23 +78,23 @@ package struct TrustStore {
 
         var packaged: Set<String> = []
         for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(Self.packaged) }) ?? [] where name.hasSuffix(".crt") {
-            packaged.formUnion(packagedFingerprints(Self.packaged + "/" + name))
+            packaged.formUnion(try packagedFingerprints(Self.packaged + "/" + name))
         }
         var local: Set<String> = []
-        func addLocal(_ directory: String, depth: Int) {
+        func addLocal(_ directory: String, depth: Int) throws(ProbeFailure) {
             for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(directory) }) ?? [] {
                 let path = directory + "/" + name
-                if name.hasSuffix(".crt") { local.formUnion(fingerprints(path)) }
+                if name.hasSuffix(".crt") { local.formUnion(try fingerprints(path)) }
                 // Listing a file that is no directory is ENOTDIR, which attemptIfPresent takes as absent.
-                else if depth < 3 { addLocal(path, depth: depth + 1) }
+                else if depth < 3 { try addLocal(path, depth: depth + 1) }
             }
         }
-        addLocal(Self.localDirectory, depth: 0)
+        try addLocal(Self.localDirectory, depth: 0)
         var configured: Set<String> = []
         if let text = context.attemptIfPresent({ () throws(HostReadError) in try host.readText(Self.configuration) }) {
             for line in text.split(separator: "\n").map({ $0.trimmingWhitespace() })
             where !line.isEmpty && !line.hasPrefix("#") && !line.hasPrefix("!") && !line.hasPrefix("mozilla/") {
-                configured.formUnion(fingerprints("/usr/share/ca-certificates/" + line))
+                configured.formUnion(try fingerprints("/usr/share/ca-certificates/" + line))
             }
         }
 
@@ -106,7 +107,6 @@ package struct TrustStore {
             sources.append(path)
         }
 
-        let shipped = packaged.sorted()
         var seen: Set<String> = []
         var roots: [LocalRoot] = []
         var packagedCount = 0
@@ -135,18 +135,18 @@ package struct TrustStore {
             let source = (path: path, bytes: contents)
             let scan: TrustedCertificateScan
             do {
-                scan = try Certificates.scanTrusted(pem: source.bytes, packagedFingerprints: shipped, limit: localRootLimit)
+                scan = try Certificates.scanTrusted(pem: source.bytes, packagedFingerprints: packaged, limit: localRootLimit)
             } catch {
-                context.record(HostReadError(path: path, systemError: error))
+                try Self.record(error, path, in: context)
                 continue
             }
             // Kept only when every certificate was a packaged root: one the scan could not parse
             // is in neither of its counts but is fingerprinted, so the counts would disagree. try?
             // justified: a failure here only means nothing is kept.
             if let cache, let identity, scan.local.isEmpty, scan.localFound == 0,
-               let found = try? Certificates.fingerprints(ofPEM: contents), !found.isCut,
-               found.fingerprints.count == scan.packagedCount {
-                cache.remember(identity, fingerprints: found.fingerprints, scannedAllPackaged: true)
+               let found = scan.fingerprints ?? (try? Certificates.fingerprints(ofPEM: contents))?.fingerprints,
+               found.count <= Certificates.defaultLimit, found.count == scan.packagedCount {
+                cache.remember(identity, fingerprints: found, scannedAllPackaged: true)
             }
             if scan.isCut { context.recordMalformed(path, Self.scanCutDetail) }
             if scan.local.contains(where: \.certificate.hasTruncatedName) { context.recordMalformed(path, Self.nameCutDetail) }
@@ -165,6 +165,14 @@ package struct TrustStore {
         guard readAny else { return nil }
         return TrustStore(trustedCount: packagedCount + roots.count, packagedCount: packagedCount, localRoots: roots)
     }
+
+    /// A file that could not be read is recorded; without libcrypto, where it was needed, there is no store.
+    private static func record(_ error: CertificateReadError, _ path: String, in context: ProbeContext) throws(ProbeFailure) {
+        switch error {
+        case .system(let error): context.record(HostReadError(path: path, systemError: error))
+        case .libcryptoUnavailable(let problem): throw ProbeFailure(.error, problem)
+        }
+    }
 }
 
 /// Which roots this host trusts and where each came from: shipped by the distribution, or added
@@ -175,10 +183,10 @@ package struct TrustStoreProbe: Probe {
     package let id = "trust-store"
 
     package func collect(into context: ProbeContext) throws(ProbeFailure) {
-        // The scans below are libcrypto's, opened here on first use: without it there is no store to describe.
-        if let problem = libcryptoProblem() { throw ProbeFailure(.error, problem) }
+        // libcrypto is opened only for what canonical PEM of packaged roots does not cover: describing a
+        // local root, or reading text written some other way.
         let host = context.host
-        if let store = TrustStore.read(context) {
+        if let store = try TrustStore.read(context) {
             context.emit("tls.trust_store_certificates", store.trustedCount)
             context.emit("tls.packaged_roots", store.packagedCount)
             context.emit("tls.local_roots", store.localRoots.map { "\(context.personal($0.certificate.subject)) (\($0.source))" })
