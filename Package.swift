@@ -52,6 +52,7 @@ let package = Package(
         // What Swift cannot call directly (inline asm, raw system calls, ioctls, OpenSSL's macros),
         // one target per concern. Each hands back C structs, called only through FingerlyHost.
         .target(name: "CFingerlyCPUID"),
+        .target(name: "CFingerlySHA256"),
         // The bounded, UTF-8-safe copy every shim fills its text fields with.
         .target(name: "CFingerlyText"),
         .target(name: "CFingerlyIntegrity", dependencies: ["CFingerlyText"]),
@@ -70,7 +71,8 @@ let package = Package(
 
         .target(name: "FingerlyModel"),
         .target(name: "FingerlyHost",
-                dependencies: ["CFingerlyCPUID", "CFingerlyIntegrity", "CFingerlyTLS", "CFingerlyNetDevice", "CFingerlyFiles"]),
+                dependencies: ["CFingerlyCPUID", "CFingerlyIntegrity", "CFingerlyTLS", "CFingerlyNetDevice", "CFingerlyFiles",
+                               "CFingerlySHA256"]),
         // The catalogue, the tables and the default policy are compiled in as Swift values that
         // scripts/generate-embedded-data writes from probes/ and policies/: an installed copy never looks
         // for the build tree, and no process decodes JSON to start.

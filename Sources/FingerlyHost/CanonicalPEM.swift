@@ -36,6 +36,14 @@ package enum CanonicalPEM {
             var quantum: (UInt32, Int) = (0, 0)
             var lineStart = 0
             while lineStart < text.count {
+                // Most of a bundle: a full line of sixteen groups of four plain digits, no padding.
+                if open != nil, !sawShortLine, quantum.1 == 0, text.count - lineStart > lineLength,
+                   text[lineStart + lineLength] == UInt8(ascii: "\n"),
+                   decodeFullLine(UnsafeBufferPointer(rebasing: text[lineStart..<lineStart + lineLength]),
+                                  into: &blocks.bytes) {
+                    lineStart += lineLength + 1
+                    continue
+                }
                 var lineEnd = lineStart
                 while text[lineEnd] != UInt8(ascii: "\n") { lineEnd += 1 }
                 let line = UnsafeBufferPointer(rebasing: text[lineStart..<lineEnd])
@@ -86,6 +94,29 @@ package enum CanonicalPEM {
         case UInt8(ascii: "/"): 63
         case UInt8(ascii: "="): 64
         default: 255
+        }
+    }
+
+    /// Decodes a line of exactly `lineLength` digits none of which is "=", or leaves `output` as it was and gives
+    /// false for the general path to judge.
+    private static func decodeFullLine(_ line: UnsafeBufferPointer<UInt8>, into output: inout [UInt8]) -> Bool {
+        digitValues.withUnsafeBufferPointer { values in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: lineLength / 4 * 3) { decoded in
+                // Any value above 63 (padding, or not a digit) sets one of the top two bits.
+                var outside: UInt8 = 0
+                for group in 0..<lineLength / 4 {
+                    let first = values[Int(line[4 * group])], second = values[Int(line[4 * group + 1])]
+                    let third = values[Int(line[4 * group + 2])], fourth = values[Int(line[4 * group + 3])]
+                    outside |= first | second | third | fourth
+                    let bits = UInt32(first) << 18 | UInt32(second) << 12 | UInt32(third) << 6 | UInt32(fourth)
+                    decoded[3 * group] = UInt8(truncatingIfNeeded: bits >> 16)
+                    decoded[3 * group + 1] = UInt8(truncatingIfNeeded: bits >> 8)
+                    decoded[3 * group + 2] = UInt8(truncatingIfNeeded: bits)
+                }
+                guard outside & 0xC0 == 0 else { return false }
+                output.append(contentsOf: decoded)
+                return true
+            }
         }
     }
 

@@ -10,6 +10,12 @@ import Testing
         bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
     }
 
+    static func hash(_ message: [UInt8], _ compression: SHA256.Compression) -> [UInt8] {
+        var hasher = SHA256(compression: compression)
+        hasher.update(message)
+        return hasher.finalize()
+    }
+
     static func bytes(hex: String) -> [UInt8] {
         let digits = Array(hex.utf8)
         return stride(from: 0, to: digits.count, by: 2).map { UInt8(String(decoding: digits[$0..<$0 + 2], as: UTF8.self), radix: 16)! }
@@ -26,6 +32,19 @@ import Testing
     ])
     func theStandardsExamples(message: String, digest: String) {
         #expect(Self.hex(SHA256.hash(Array(message.utf8))) == digest)
+        for compression in SHA256.Compression.available {
+            #expect(Self.hex(Self.hash(Array(message.utf8), compression)) == digest, "\(compression)")
+        }
+    }
+
+    /// The SHA extensions are used exactly where the kernel sees them: a CPU without them gets Swift's rounds
+    /// rather than an illegal instruction.
+    @Test func theCPUsSHAExtensionsAreUsedWhereItHasThem() throws {
+        let cpuinfo = try #require(String(validating: try HostFileSystem().read("/proc/cpuinfo", limit: 1 << 22),
+                                          as: UTF8.self))
+        let flags = cpuinfo.split(separator: "\n").first { $0.hasPrefix("flags") }.map { $0.split(separator: " ") } ?? []
+        #expect((SHA256.Compression.best == .hardware) == flags.contains("sha_ni"))
+        #expect(SHA256.Compression.available.contains(.portable))
     }
 
     @Test func theValidationSystemsShortMessages() {
@@ -33,11 +52,12 @@ import Testing
         #expect(Self.hex(SHA256.hash([0x11, 0xaf])) == "5ca7133fa735326081558ac312c620eeca9970d1e70a4b95533d956f072d1f98")
     }
 
-    @Test func aMillionLettersFedInUnevenPieces() {
+    @Test(arguments: SHA256.Compression.available)
+    func aMillionLettersFedInUnevenPieces(compression: SHA256.Compression) {
         let million = [UInt8](repeating: UInt8(ascii: "a"), count: 1_000_000)
         let expected = "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
-        #expect(Self.hex(SHA256.hash(million)) == expected)
-        var hasher = SHA256()
+        #expect(Self.hex(Self.hash(million, compression)) == expected)
+        var hasher = SHA256(compression: compression)
         var offset = 0
         var piece = 1
         million.withUnsafeBytes { all in
@@ -84,17 +104,19 @@ import Testing
 
     /// The lengths where padding changes shape (55, 56, 63, 64, 65 bytes into a block), multi-block inputs,
     /// and random lengths, against libcrypto's SHA-256.
-    @Test func everyLengthAgreesWithLibcrypto() throws {
+    @Test(arguments: SHA256.Compression.available)
+    func everyLengthAgreesWithLibcrypto(compression: SHA256.Compression) throws {
         try #require(libcryptoProblem() == nil, "libcrypto is needed to compare with")
         var generator = SystemRandomNumberGenerator()
         var lengths = Array(0...300) + [447, 448, 511, 512, 513, 1000, 4096, 4103, 65_536 + 55]
         lengths += (0..<100).map { _ in Int.random(in: 0...20_000, using: &generator) }
         for length in lengths {
             let message = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
-            #expect(Self.hex(SHA256.hash(message)) == Self.hex(try Self.libcryptoSHA256(message)), "\(length) bytes")
+            #expect(Self.hex(Self.hash(message, compression)) == Self.hex(try Self.libcryptoSHA256(message)),
+                    "\(length) bytes")
             // The same bytes in two pieces, split anywhere.
             let split = length == 0 ? 0 : Int.random(in: 0...length, using: &generator)
-            var hasher = SHA256()
+            var hasher = SHA256(compression: compression)
             hasher.update(Array(message[..<split]))
             hasher.update(Array(message[split...]))
             #expect(Self.hex(hasher.finalize()) == Self.hex(SHA256.hash(message)), "\(length) bytes split at \(split)")
