@@ -82,7 +82,7 @@ package enum DeviceInventories {
         if host.isLiveHost, let problem = UdevInventory.libraryProblem {
             return UnloadableUdevInventory(problem: problem)
         }
-        if host.isLiveHost, let udev = UdevInventory(host: host) { return udev }
+        if host.isLiveHost, let udev = UdevInventory(host: host, recordFailure: recordFailure) { return udev }
         return SysfsInventory(host: host, recordFailure: recordFailure)
     }
 }

@@ -33,6 +33,7 @@ package struct SysfsInventory: DeviceInventory {
     package func devices(_ query: DeviceQuery) throws(HostReadError) -> [DeviceNode] {
         let directory = Self.buses.contains(query.subsystem) ? "/sys/bus/\(query.subsystem)/devices" : "/sys/class/\(query.subsystem)"
         var nodes: [DeviceNode] = []
+        var known: [String: DeviceAncestor?] = [:]
         for name in try host.listDirectory(directory) {
             let path = resolve(directory + "/" + name)
             if !query.includesVirtual && DeviceNode.isVirtual(path) { continue }
@@ -50,7 +51,7 @@ package struct SysfsInventory: DeviceInventory {
             }
             nodes.append(DeviceNode(path: path, subsystem: query.subsystem, sysname: name, devtype: devtype,
                                     driver: properties["DRIVER"] ?? linkName(path + "/driver"),
-                                    properties: merged, attributes: attributes, ancestors: ancestors(of: path)))
+                                    properties: merged, attributes: attributes, ancestors: ancestors(of: path, known: &known)))
         }
         return nodes.sorted { $0.path < $1.path }
     }
@@ -103,17 +104,30 @@ package struct SysfsInventory: DeviceInventory {
         }
     }
 
-    private func ancestors(of path: String) -> [DeviceAncestor] {
+    /// The ancestors of a /sys/devices path that belong to a subsystem, nearest first, as libudev's parent walk
+    /// finds them. `known` keeps each one read for the devices that share it.
+    func ancestors(of path: String, known: inout [String: DeviceAncestor?]) -> [DeviceAncestor] {
         var result: [DeviceAncestor] = []
         var components = path.split(separator: "/").map(String.init)
         while components.count > 3 {  // stop at /sys/devices
             components.removeLast()
             let ancestor = "/" + components.joined(separator: "/")
-            guard let subsystem = linkName(ancestor + "/subsystem") else { continue }
+            if let found = known[ancestor] {
+                if let found { result.append(found) }
+                continue
+            }
+            guard let subsystem = linkName(ancestor + "/subsystem") else {
+                known[ancestor] = .some(nil)
+                continue
+            }
             let properties = uevent(ancestor)
-            result.append(DeviceAncestor(path: ancestor, subsystem: subsystem, sysname: components.last ?? "",
-                                         devtype: properties["DEVTYPE"],
-                                         driver: properties["DRIVER"] ?? linkName(ancestor + "/driver")))
+            // libudev's sysname: "!" in a directory's name stands for "/".
+            let found = DeviceAncestor(path: ancestor, subsystem: subsystem,
+                                       sysname: (components.last ?? "").replacing("!", with: "/"),
+                                       devtype: properties["DEVTYPE"],
+                                       driver: properties["DRIVER"] ?? linkName(ancestor + "/driver"))
+            known[ancestor] = found
+            result.append(found)
         }
         return result
     }

@@ -12,9 +12,14 @@ package final class UdevInventory: DeviceInventory {
     /// Why libudev cannot be used, or nil; it is opened here, on first use, not by the loader at start.
     static var libraryProblem: String? { fingerly_udev_problem().map { String(cString: $0) } }
 
-    init?(host: HostFileSystem) {
+    /// The parents, read from sysfs: libudev resolves each parent's path anew for every child, component by
+    /// component, some forty system calls a parent, and the devices of one subsystem share most of theirs.
+    private let sysfs: SysfsInventory
+
+    init?(host: HostFileSystem, recordFailure: @escaping (HostReadError) -> Void = { _ in }) {
         guard let context = udev_new() else { return nil }
         self.context = context
+        sysfs = SysfsInventory(host: host, recordFailure: recordFailure)
         // libudev works without its database but then only knows what sysfs says.
         source = host.exists("/run/udev/data") ? .udev : .udevWithoutDatabase
     }
@@ -38,6 +43,7 @@ package final class UdevInventory: DeviceInventory {
             entry = udev_list_entry_get_next(current)
         }
         var nodes: [DeviceNode] = []
+        var known: [String: DeviceAncestor?] = [:]
         for path in paths.sorted() where query.includesVirtual || !DeviceNode.isVirtual(path) {
             guard let device = udev_device_new_from_syspath(context, path) else { continue }
             defer { udev_device_unref(device) }
@@ -57,19 +63,7 @@ package final class UdevInventory: DeviceInventory {
                     attributes[name] = String(cString: value).trimmingWhitespace()
                 }
             }
-            var ancestors: [DeviceAncestor] = []
-            // Parents are owned by the child device: no unref.
-            var parent = udev_device_get_parent(device)
-            while let current = parent {
-                if let subsystem = string(udev_device_get_subsystem(current)) {
-                    ancestors.append(DeviceAncestor(path: string(udev_device_get_syspath(current)) ?? "",
-                                                    subsystem: subsystem,
-                                                    sysname: string(udev_device_get_sysname(current)) ?? "",
-                                                    devtype: string(udev_device_get_devtype(current)),
-                                                    driver: string(udev_device_get_driver(current))))
-                }
-                parent = udev_device_get_parent(current)
-            }
+            let ancestors = sysfs.ancestors(of: string(udev_device_get_syspath(device)) ?? path, known: &known)
             nodes.append(DeviceNode(path: path, subsystem: query.subsystem, sysname: string(udev_device_get_sysname(device)) ?? "",
                                     devtype: devtype, driver: string(udev_device_get_driver(device)),
                                     properties: properties, attributes: attributes, ancestors: ancestors))
