@@ -14,9 +14,9 @@ long fingerly_read_link_fd(int fd, char *buffer, unsigned long capacity) {
 
 const int fingerly_open_path_flag = O_PATH;
 
-int fingerly_status_fd(int fd, fingerly_file_status *out) {
+static int status_at(int directory, const char *path, int flags, fingerly_file_status *out) {
     struct statx info;
-    if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS | STATX_BTIME, &info) != 0) return -errno;
+    if (statx(directory, path, flags, STATX_BASIC_STATS | STATX_BTIME, &info) != 0) return -errno;
     out->mode = info.stx_mode;
     out->uid = info.stx_uid;
     out->size = info.stx_size;
@@ -28,4 +28,12 @@ int fingerly_status_fd(int fd, fingerly_file_status *out) {
     out->device = makedev(info.stx_dev_major, info.stx_dev_minor);
     out->inode = info.stx_ino;
     return 0;
+}
+
+int fingerly_status_fd(int fd, fingerly_file_status *out) {
+    return status_at(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, out);
+}
+
+int fingerly_status_path(const char *path, fingerly_file_status *out) {
+    return status_at(AT_FDCWD, path, 0, out);
 }

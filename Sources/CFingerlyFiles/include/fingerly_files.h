@@ -46,4 +46,7 @@ extern const int fingerly_open_path_flag;
 /// Returns 0, or -errno.
 int fingerly_status_fd(int fd, fingerly_file_status *out);
 
+/// The status of what an absolute path of the live host names, its final link followed. Returns 0, or -errno.
+int fingerly_status_path(const char *path, fingerly_file_status *out);
+
 #endif
