@@ -2562,12 +2562,15 @@ extension ProbeCatalogue {
                 tier: .deferred,
                 timeoutMs: 400,
                 description: """
-                    Every certificate of /etc/ssl/certs/ca-certificates.crt and /etc/ssl/certs/*.pem, parsed with \
-                    libcrypto and classified as shipped (a file under /usr/share/ca-certificates/mozilla with the same \
-                    fingerprint) or locally added (/usr/local/share/ca-certificates, a ca-certificates.conf line \
-                    outside mozilla/, or the bundle only); known interception CAs (table interceptionCAs); local roots \
-                    copying a packaged root's name with another key; RHEL anchors, the user's NSS database and Firefox \
-                    enterprise policies. Nothing is cached across runs.
+                    Every certificate of /etc/ssl/certs/ca-certificates.crt and /etc/ssl/certs/*.pem, fingerprinted \
+                    (canonical PEM is decoded and hashed in process; libcrypto reads other text and describes each \
+                    certificate that is not shipped) and classified as shipped (a file under \
+                    /usr/share/ca-certificates/mozilla with the same fingerprint) or locally added \
+                    (/usr/local/share/ca-certificates, a ca-certificates.conf line outside mozilla/, or the bundle \
+                    only); known interception CAs (table interceptionCAs); local roots copying a packaged root's name \
+                    with another key; RHEL anchors, the user's NSS database and Firefox enterprise policies. The \
+                    fingerprints of packaged files, and of trusted files holding packaged roots only, are cached in \
+                    the state directory by file identity; nothing of a local root is.
                     """,
                 reads: [
                     "/etc/ssl/certs/ca-certificates.crt",
@@ -2587,7 +2590,10 @@ extension ProbeCatalogue {
                     "/usr/lib/firefox/distribution/policies.json",
                     "/usr/lib/firefox-esr/distribution/policies.json",
                 ],
-                syscalls: ["libcrypto PEM/DER parsing and SHA-256"],
+                syscalls: [
+                    "SHA-256 (the CPU's SHA extensions where present)",
+                    "libcrypto X.509 parsing of locally added certificates",
+                ],
                 signals: [
                     SignalSpec(
                         name: "tls.trust_store_certificates",
