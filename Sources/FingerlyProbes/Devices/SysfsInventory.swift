@@ -30,12 +30,17 @@ package struct SysfsInventory: DeviceInventory {
     /// Buses list their devices under /sys/bus; classes under /sys/class.
     private static let buses: Set<String> = ["pci", "usb", "scsi", "serio", "hid", "platform", "virtio", "i2c", "acpi"]
 
+    /// A subsystem's devices as libudev's enumeration finds them: the entries of its bus's or class's directory,
+    /// each with its /sys/devices path.
+    func listed(_ subsystem: String) throws(HostReadError) -> [(name: String, path: String)] {
+        let directory = Self.buses.contains(subsystem) ? "/sys/bus/\(subsystem)/devices" : "/sys/class/\(subsystem)"
+        return try host.listDirectory(directory).map { ($0, resolve(directory + "/" + $0)) }
+    }
+
     package func devices(_ query: DeviceQuery) throws(HostReadError) -> [DeviceNode] {
-        let directory = Self.buses.contains(query.subsystem) ? "/sys/bus/\(query.subsystem)/devices" : "/sys/class/\(query.subsystem)"
         var nodes: [DeviceNode] = []
         var known: [String: DeviceAncestor?] = [:]
-        for name in try host.listDirectory(directory) {
-            let path = resolve(directory + "/" + name)
+        for (name, path) in try listed(query.subsystem) {
             if !query.includesVirtual && DeviceNode.isVirtual(path) { continue }
             let properties = uevent(path)
             let devtype = properties["DEVTYPE"]

@@ -27,20 +27,13 @@ package final class UdevInventory: DeviceInventory {
     deinit { udev_unref(context) }
 
     package func devices(_ query: DeviceQuery) throws(HostReadError) -> [DeviceNode] {
-        guard let enumerate = udev_enumerate_new(context) else {
-            throw HostReadError(.error, path: "/sys/class/\(query.subsystem)", detail: "libudev could not start an enumeration")
-        }
-        defer { udev_enumerate_unref(enumerate) }
-        udev_enumerate_add_match_subsystem(enumerate, query.subsystem)
-        let scan = udev_enumerate_scan_devices(enumerate)
-        if scan < 0 {
-            throw HostReadError(path: "/sys/class/\(query.subsystem)", systemError: SystemError(-scan))
-        }
-        var paths: [String] = []
-        var entry = udev_enumerate_get_list_entry(enumerate)
-        while let current = entry {
-            if let name = udev_list_entry_get_name(current) { paths.append(String(cString: name)) }
-            entry = udev_list_entry_get_next(current)
+        // Listed from sysfs, as libudev's enumeration lists them: it builds a device for each entry only to look
+        // at its subsystem, resolving the path component by component, and the device is then built again here.
+        let paths: [String]
+        do {
+            paths = try sysfs.listed(query.subsystem).map(\.path)
+        } catch where error.failure == .absent {
+            paths = []  // no such bus or class on this kernel: no devices, as libudev says it
         }
         var nodes: [DeviceNode] = []
         var known: [String: DeviceAncestor?] = [:]
