@@ -16,7 +16,11 @@ const int fingerly_open_path_flag = O_PATH;
 
 static int status_at(int directory, const char *path, int flags, fingerly_file_status *out) {
     struct statx info;
-    if (statx(directory, path, flags, STATX_BASIC_STATS | STATX_BTIME, &info) != 0) return -errno;
+    int result;
+    // A path on FUSE or NFS can be interrupted by a signal: asked again, as every open is.
+    do result = statx(directory, path, flags, STATX_BASIC_STATS | STATX_BTIME, &info);
+    while (result != 0 && errno == EINTR);
+    if (result != 0) return -errno;
     out->mode = info.stx_mode;
     out->uid = info.stx_uid;
     out->size = info.stx_size;

@@ -59,6 +59,29 @@ import Testing
         #expect(context.issues.contains { $0.path == card + "/status" && $0.status == .malformed }, "\(context.issues)")
     }
 
+    /// A class link may name a path thousands of directories deep; each prefix would be read and kept.
+    @Test func aDeviceNestedDeeperThanSysfsEverIsIsListedWithoutItsParents() throws {
+        let deep = "/sys/devices/" + (0..<SysfsInventory.deepestDevice).map { "d\($0)" }.joined(separator: "/")
+        let root = try Self.tree("sysfs-deep", [deep + "/net/eth9/uevent": "INTERFACE=eth9\nIFINDEX=9\n",
+                                                "/sys/devices/pci0000:00/0000:00:03.0/net/eth0/uevent": "INTERFACE=eth0\n"])
+        try FileManager.default.createDirectory(atPath: root + "/sys/class/net", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: root + "/sys/class/net/eth9",
+                                                   withDestinationPath: "../../devices/" + deep.dropFirst(13) + "/net/eth9")
+        try FileManager.default.createSymbolicLink(atPath: root + "/sys/class/net/eth0",
+                                                   withDestinationPath: "../../devices/pci0000:00/0000:00:03.0/net/eth0")
+        try FileManager.default.createSymbolicLink(atPath: root + "/sys/devices/pci0000:00/0000:00:03.0/subsystem",
+                                                   withDestinationPath: "../../../bus/pci")
+
+        var failures: [HostReadError] = []
+        let inventory = SysfsInventory(host: HostFileSystem(root: root), recordFailure: { failures.append($0) })
+        let devices = try inventory.devices(DeviceQuery(subsystem: "net"))
+        #expect(Set(devices.map(\.sysname)) == ["eth0", "eth9"])
+        #expect(devices.first { $0.sysname == "eth0" }?.ancestors.map(\.subsystem) == ["pci"])
+        #expect(devices.first { $0.sysname == "eth9" }?.ancestors.isEmpty == true)
+        #expect(failures.map(\.path) == [deep + "/net/eth9"], "\(failures)")
+        #expect(failures.first?.failure == .malformed)
+    }
+
     @Test func processMapsStatsLoadedObjectsThroughTheHostLayer() throws {
         let log = HostAccessLog()
         let context = Self.run(ProcessMapsProbe(), root: "/", log: log)

@@ -28,6 +28,7 @@ package struct SysfsInventory: DeviceInventory {
     package var source: DeviceSource { .sysfs }
 
     /// Buses list their devices under /sys/bus; classes under /sys/class.
+    static let deepestDevice = 64
     private static let buses: Set<String> = ["pci", "usb", "scsi", "serio", "hid", "platform", "virtio", "i2c", "acpi"]
 
     /// A subsystem's devices as libudev's enumeration finds them: the entries of its bus's or class's directory,
@@ -114,6 +115,13 @@ package struct SysfsInventory: DeviceInventory {
     func ancestors(of path: String, known: inout [String: DeviceAncestor?]) -> [DeviceAncestor] {
         var result: [DeviceAncestor] = []
         var components = path.split(separator: "/").map(String.init)
+        // Real sysfs nests some thirty deep; a tree's links can name paths of thousands of directories, each
+        // of whose prefixes the walk would read and keep.
+        guard components.count <= Self.deepestDevice else {
+            recordFailure(HostReadError(.malformed, path: path,
+                                        detail: "more than \(Self.deepestDevice) directories deep: its parents were not read"))
+            return []
+        }
         while components.count > 3 {  // stop at /sys/devices
             components.removeLast()
             let ancestor = "/" + components.joined(separator: "/")
