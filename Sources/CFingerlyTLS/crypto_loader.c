@@ -94,6 +94,7 @@
     F(int, X509_verify_cert, (X509_STORE_CTX *context), (context), -1) \
     F(const char *, X509_verify_cert_error_string, (long error), (error), loadProblem) \
     F(X509 *, d2i_X509, (X509 **out, const unsigned char **in, long length), (out, in, length), NULL) \
+    F(X509_NAME *, d2i_X509_NAME, (X509_NAME **out, const unsigned char **in, long length), (out, in, length), NULL) \
     F(int, i2d_X509_PUBKEY, (const X509_PUBKEY *key, unsigned char **out), (key, out), -1)
 // And those that return nothing: without the library there is nothing for them to do.
 #define FINGERLY_CRYPTO_PROCEDURES(F) \
@@ -107,6 +108,7 @@
       (context, callback)) \
     F(X509_STORE_free, (X509_STORE *store), (store)) \
     F(X509_VERIFY_PARAM_set_hostflags, (X509_VERIFY_PARAM *parameters, unsigned int flags), (parameters, flags)) \
+    F(X509_NAME_free, (X509_NAME *name), (name)) \
     F(X509_free, (X509 *certificate), (certificate))
 
 #define FINGERLY_CRYPTO_SLOT(result, name, parameters, arguments, fallback) result (*name) parameters;

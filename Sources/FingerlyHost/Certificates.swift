@@ -45,6 +45,11 @@ package struct LocalCertificate: Sendable, Hashable {
     package let certificate: CertificateDescription
     /// It carries a packaged certificate's subject with another key.
     package let impersonatesPackaged: Bool
+
+    package init(certificate: CertificateDescription, impersonatesPackaged: Bool) {
+        self.certificate = certificate
+        self.impersonatesPackaged = impersonatesPackaged
+    }
 }
 
 /// One PEM text of trusted certificates, against the packaged fingerprints.

@@ -99,7 +99,7 @@ package struct TrustStore {
         }
 
         // What is trusted: the bundle, and every *.pem beside it that is not a link to a shipped file.
-        // Listed first, read one at a time below: only one file's bytes are held at once.
+        // Listed first, read one at a time below: only one file's bytes are held at once, and the bundle's.
         var sources = [Self.bundle]
         for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(Self.certificateDirectory) }) ?? [] where name.hasSuffix(".pem") {
             let path = Self.certificateDirectory + "/" + name
@@ -111,6 +111,9 @@ package struct TrustStore {
         var roots: [LocalRoot] = []
         var packagedCount = 0
         var readAny = false
+        // The bundle's bytes, when read this run; known: the cache answered for it, unread.
+        var bundleText: [UInt8]?
+        var bundleKnown = false
         for path in sources {
             let contents: [UInt8]
             var identity: FileIdentity?
@@ -124,6 +127,7 @@ package struct TrustStore {
                     // The scan's answer for a file of packaged roots only, all of them still packaged.
                     readAny = true
                     packagedCount = max(packagedCount, count)
+                    if path == Self.bundle { bundleKnown = true }
                     continue
                 case .read(let read, let readIdentity)?: (contents, identity) = (read, readIdentity)
                 }
@@ -133,9 +137,17 @@ package struct TrustStore {
             }
             readAny = true
             let source = (path: path, bytes: contents)
-            let scan: TrustedCertificateScan
+            if path == Self.bundle { bundleText = contents }
+            var scan: TrustedCertificateScan
             do {
                 scan = try Certificates.scanTrusted(pem: source.bytes, packagedFingerprints: packaged, limit: localRootLimit)
+                // One seen already was compared where it was seen: Debian links each local root beside the bundle
+                // and puts it in the bundle too.
+                if path != Self.bundle,
+                   scan.local.contains(where: { !$0.impersonatesPackaged && !seen.contains($0.certificate.fingerprint) }),
+                   let bundle = bundleText ?? (bundleKnown ? bytes(Self.bundle) : nil) {
+                    scan = try Self.comparedWithTheBundle(scan, contents, bundle, packaged: packaged)
+                }
             } catch {
                 try Self.record(error, path, in: context)
                 continue
@@ -164,6 +176,24 @@ package struct TrustStore {
         }
         guard readAny else { return nil }
         return TrustStore(trustedCount: packagedCount + roots.count, packagedCount: packagedCount, localRoots: roots)
+    }
+
+    /// A local root beside the bundle, in a file of its own, against the packaged roots the bundle holds: a copy
+    /// of a shipped root's name is no less an impersonation for sitting elsewhere. The two texts are read as one
+    /// (this is rare: update-ca-certificates puts local roots in the bundle) and the flags taken from that read.
+    private static func comparedWithTheBundle(_ scan: TrustedCertificateScan, _ contents: [UInt8], _ bundle: [UInt8],
+                                              packaged: Set<String>) throws(CertificateReadError) -> TrustedCertificateScan {
+        let separator: [UInt8] = bundle.isEmpty || bundle.last == UInt8(ascii: "\n") ? [] : [UInt8(ascii: "\n")]
+        let together = try Certificates.scanTrusted(pem: bundle + separator + contents, packagedFingerprints: packaged,
+                                                    limit: localRootLimit)
+        let impersonating = Set(together.local.filter(\.impersonatesPackaged).map(\.certificate.fingerprint))
+        let local = scan.local.map { found in
+            LocalCertificate(certificate: found.certificate,
+                             impersonatesPackaged: found.impersonatesPackaged
+                                 || impersonating.contains(found.certificate.fingerprint))
+        }
+        return TrustedCertificateScan(packagedCount: scan.packagedCount, local: local, localFound: scan.localFound,
+                                      fingerprints: scan.fingerprints)
     }
 
     /// A file that could not be read is recorded; without libcrypto, where it was needed, there is no store.
