@@ -35,7 +35,8 @@ extension Fingerly {
             }
             guard tiers.contains(entry.tier), prefetched?.ids.contains(entry.id) != true else { continue }
             let job = ScheduledProbe(probe: probe, tier: entry.tier, timeoutMs: schedule.sourceTimeoutOverrideMs
-                ?? Self.scaled(entry.timeoutMs ?? schedule.defaultSourceTimeoutMs, by: timeoutScale, within: schedule.budgetMs))
+                ?? Self.scaled(entry.timeoutMs ?? schedule.defaultSourceTimeoutMs, by: timeoutScale, within: schedule.budgetMs),
+                startsFirst: entry.startsFirst ?? false)
             if filter.ignores(probe: entry) {
                 ignored.append(job.entry(.skipped, durationMs: 0, detail: "ignored by request (attributesToIgnore)"))
             } else {

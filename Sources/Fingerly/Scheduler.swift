@@ -14,6 +14,8 @@ struct ScheduledProbe: Sendable {
     let probe: any Probe
     let tier: Tier
     let timeoutMs: Int
+    /// Taken before every other probe, whatever its tier (the catalogue's `startsFirst`).
+    var startsFirst = false
 }
 
 /// Everything a probe needs to build its context on its own thread.
@@ -97,8 +99,10 @@ struct Scheduler: Sendable {
         }
         var runDeadline: Double { budgetDeadline - reserveMs }
 
-        // Stable order: fast before deferred, catalogue order within a tier.
-        let order = jobs.indices.sorted { (jobs[$0].tier, $0) < (jobs[$1].tier, $1) }
+        // Stable order: what starts first, then fast before deferred, catalogue order within a tier. A run lasts
+        // at least as long as its longest probe: begun last, that one would be the whole run's tail.
+        func rank(_ index: Int) -> (Int, Tier, Int) { (jobs[index].startsFirst ? 0 : 1, jobs[index].tier, index) }
+        let order = jobs.indices.sorted { rank($0) < rank($1) }
         let shared = Mutex(RunState(pending: order[...], stopAt: runDeadline))
         let wakeUp = DispatchSemaphore(value: 0)
         var entries: [Int: ProbeEntry] = [:]

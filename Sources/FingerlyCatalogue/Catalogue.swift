@@ -39,6 +39,8 @@ package struct ProbeCatalogue: Sendable, Codable, Hashable {
         package let id: String
         package let tier: Tier
         package let timeoutMs: Int?
+        /// Taken before every probe of either tier: the run's longest probe, which would otherwise end it.
+        package let startsFirst: Bool?
         package let description: String
         /// Host paths, with `*` matching one path component.
         package let reads: [String]

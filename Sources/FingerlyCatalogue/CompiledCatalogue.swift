@@ -19,6 +19,7 @@ extension ProbeCatalogue {
                 id: "os",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: "Distribution, kernel and architecture.",
                 reads: [
                     "/etc/os-release",
@@ -114,6 +115,7 @@ extension ProbeCatalogue {
                 id: "cpu",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: "Processor model, logical and physical core counts and feature flags from /proc/cpuinfo.",
                 reads: ["/proc/cpuinfo"],
                 syscalls: [],
@@ -188,6 +190,7 @@ extension ProbeCatalogue {
                 id: "cpuid",
                 tier: .fast,
                 timeoutMs: 50,
+                startsFirst: nil,
                 description: """
                     CPUID leaf 1 hypervisor bit and the 0x40000000 vendor leaf. Under --root, replays \
                     <root>/.fingerly/cpuid.json and is skipped without it.
@@ -251,6 +254,7 @@ extension ProbeCatalogue {
                 id: "memory",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: "Installed memory.",
                 reads: ["/proc/meminfo"],
                 syscalls: [],
@@ -274,6 +278,7 @@ extension ProbeCatalogue {
                 id: "machine-identity",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: """
                     The installation's machine-id and the firmware UUID and serials. Every identifier is HMAC-SHA256 \
                     keyed per API key (without one, per installation or per run); raw values never leave the probe.
@@ -462,6 +467,7 @@ extension ProbeCatalogue {
                 id: "dmi",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: """
                     Firmware vendor strings, world-readable in sysfs, with product and BIOS versions and the root-only \
                     SMBIOS VM bit; the hypervisor or cloud they name (a cloud's bare-metal product is not a VM).
@@ -626,6 +632,7 @@ extension ProbeCatalogue {
                 id: "process-context",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: """
                     Real and effective uid, TracerPid of every thread, the tracer and the parent process, and whether \
                     stdin/stdout are terminals. Status files are read with raw system calls on the live host.
@@ -779,6 +786,7 @@ extension ProbeCatalogue {
                 id: "loader-environment",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: """
                     Dynamic loader injection points, read from /proc/self/environ so getenv hooks and unsetenv cannot \
                     hide them.
@@ -880,6 +888,7 @@ extension ProbeCatalogue {
                 id: "proxy-environment",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: """
                     Proxy variables (credentials removed), TLS trust overrides and SSLKEYLOGFILE in the process \
                     environment.
@@ -1052,6 +1061,7 @@ extension ProbeCatalogue {
                 id: "container-markers",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: """
                     Files container managers leave in the root filesystem (detection table containerMarkers).
                     """,
@@ -1094,6 +1104,7 @@ extension ProbeCatalogue {
                 id: "aslr",
                 tier: .fast,
                 timeoutMs: 50,
+                startsFirst: nil,
                 description: "ASLR state of this process (personality) and of the system.",
                 reads: ["/proc/self/personality", "/proc/sys/kernel/randomize_va_space"],
                 syscalls: [],
@@ -1130,6 +1141,7 @@ extension ProbeCatalogue {
                 id: "breakpoints",
                 tier: .fast,
                 timeoutMs: 50,
+                startsFirst: nil,
                 description: """
                     int3 (0xCC) at the entry of Fingerly's own functions and at _r_debug.r_brk. Inspects this process; \
                     reports skipped under --root.
@@ -1156,6 +1168,7 @@ extension ProbeCatalogue {
                 id: "symbol-interposition",
                 tier: .fast,
                 timeoutMs: 50,
+                startsFirst: nil,
                 description: """
                     dlsym(RTLD_DEFAULT) against the definition inside libc (open, openat, read, fopen, connect, \
                     getenv, ptrace, dlsym, write, readlink, dlopen, dladdr, dl_iterate_phdr, clock_gettime) and libssl \
@@ -1237,6 +1250,7 @@ extension ProbeCatalogue {
                 id: "loaded-objects",
                 tier: .fast,
                 timeoutMs: 50,
+                startsFirst: nil,
                 description: """
                     How each object in the loader's list (dl_iterate_phdr) came in, told from the list's order: \
                     objects placed before the last of the program's DT_NEEDED closure that nothing asks for, or listed \
@@ -1348,6 +1362,7 @@ extension ProbeCatalogue {
                 id: "process-maps",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: """
                     /proc/self/maps read with raw system calls: mapped tool markers (table mappingMarkers) and \
                     executable memfd regions. On the live host, shared objects mapped without the loader: each object \
@@ -1399,6 +1414,7 @@ extension ProbeCatalogue {
                 id: "thread-names",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: "Names of this process's threads.",
                 reads: ["/proc/self/task", "/proc/self/task/*/comm"],
                 syscalls: [],
@@ -1427,6 +1443,7 @@ extension ProbeCatalogue {
                 id: "automation-environment",
                 tier: .fast,
                 timeoutMs: 100,
+                startsFirst: nil,
                 description: """
                     CI variables (table ciEnvironmentVariables; CI=false overrides), an xvfb-run display, and whether \
                     the process belongs to a login session.
@@ -1486,6 +1503,7 @@ extension ProbeCatalogue {
                 id: "pci",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: nil,
                 description: "PCI devices: vendor and device, subsystem ids, class, driver.",
                 reads: [
                     "/sys/bus/pci/devices",
@@ -1549,6 +1567,7 @@ extension ProbeCatalogue {
                 id: "usb",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: nil,
                 description: """
                     USB devices: vendor and product, position on the bus, removability; serials hashed. Never an \
                     identity component: plugging a stick in must not move an identifier.
@@ -1608,6 +1627,7 @@ extension ProbeCatalogue {
                 id: "block",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: nil,
                 description: "Disks: model, vendor, size, rotational, removable, transport; serials and WWNs hashed.",
                 reads: [
                     "/sys/class/block",
@@ -1685,6 +1705,7 @@ extension ProbeCatalogue {
                 id: "net",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: nil,
                 description: """
                     Network interfaces: driver, bus, virtual flag; permanent MACs hashed; a vendor class where the MAC \
                     prefix names a virtual NIC, never the OUI.
@@ -1761,6 +1782,7 @@ extension ProbeCatalogue {
                 id: "input",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: nil,
                 description: "Input devices: name, bus, ids, and whether a physical device stands behind them.",
                 reads: [
                     "/sys/class/input",
@@ -1809,6 +1831,7 @@ extension ProbeCatalogue {
                 id: "drm",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: nil,
                 description: "GPUs and connected monitors (EDID manufacturer and model; serial hashed).",
                 reads: [
                     "/sys/class/drm",
@@ -1873,6 +1896,7 @@ extension ProbeCatalogue {
                 id: "sound",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: nil,
                 description: "Sound cards.",
                 reads: [
                     "/sys/class/sound",
@@ -1904,6 +1928,7 @@ extension ProbeCatalogue {
                 id: "tpm",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: nil,
                 description: "TPM presence and version.",
                 reads: ["/sys/class/tpm", "/sys/class/tpm/*", "/sys/devices/**", "/run/udev/data", "/run/udev/data/*"],
                 syscalls: [
@@ -1940,6 +1965,7 @@ extension ProbeCatalogue {
                 id: "hypervisor-markers",
                 tier: .deferred,
                 timeoutMs: 300,
+                startsFirst: nil,
                 description: """
                     Xen interfaces (dom0 versus guest by feature bit or capabilities, xen bus without xen-backend), \
                     /sys/hypervisor/type, device-tree hypervisor, PowerVM and QEMU nodes, /proc/sysinfo (z/VM, KVM, \
@@ -2117,6 +2143,7 @@ extension ProbeCatalogue {
                 id: "container-runtime",
                 tier: .deferred,
                 timeoutMs: 300,
+                startsFirst: nil,
                 description: """
                     pid 1's container= variable (often denied even to root: then missing evidence), cgroup paths \
                     (table cgroupMarkers), a nested cgroup filesystem, an overlay root, user (uid and gid maps, \
@@ -2271,6 +2298,7 @@ extension ProbeCatalogue {
                 id: "provisioning",
                 tier: .deferred,
                 timeoutMs: 300,
+                startsFirst: nil,
                 description: """
                     Ages in days of /etc/machine-id and the SSH host keys (mtime), of the root filesystem (statx birth \
                     time) and of the package log's first entry, unless the clock reads more than a day before one of \
@@ -2377,6 +2405,7 @@ extension ProbeCatalogue {
                 id: "filesystem",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: nil,
                 description: """
                     Root filesystem UUID and type, partition table UUID and partition UUIDs of the disk it is on, all \
                     hashed. Sources in order: udev database and /dev/disk/by-uuid (world-readable), then libblkid on \
@@ -2492,6 +2521,7 @@ extension ProbeCatalogue {
                 id: "proxy-configuration",
                 tier: .deferred,
                 timeoutMs: 300,
+                startsFirst: nil,
                 description: """
                     Proxy settings outside the environment: /etc/environment, apt Acquire::*::Proxy, KDE kioslaverc \
                     and GNOME dconf of the user (when readable), and tunnel interfaces (tun, wg, ppp, tap) as a weak \
@@ -2561,6 +2591,7 @@ extension ProbeCatalogue {
                 id: "trust-store",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: true,
                 description: """
                     Every certificate of /etc/ssl/certs/ca-certificates.crt and /etc/ssl/certs/*.pem, fingerprinted \
                     (canonical PEM is decoded and hashed in process; libcrypto reads other text and describes each \
@@ -2570,7 +2601,8 @@ extension ProbeCatalogue {
                     only); known interception CAs (table interceptionCAs); local roots copying a packaged root's name \
                     with another key; RHEL anchors, the user's NSS database and Firefox enterprise policies. The \
                     fingerprints of packaged files, and of trusted files holding packaged roots only, are cached in \
-                    the state directory by file identity; nothing of a local root is.
+                    the state directory by file identity; nothing of a local root is. Started before every other probe \
+                    of the run: it takes longest.
                     """,
                 reads: [
                     "/etc/ssl/certs/ca-certificates.crt",
@@ -2722,6 +2754,7 @@ extension ProbeCatalogue {
                 id: "tls-pin-check",
                 tier: .deferred,
                 timeoutMs: 6000,
+                startsFirst: nil,
                 description: """
                     Opt-in (--check-tls HOST:PORT, --pin): a TLS connection through the environment's proxy (HTTP \
                     CONNECT, NO_PROXY honoured); a pin matches only at the end of a chain of verified signatures from \
@@ -2798,6 +2831,7 @@ extension ProbeCatalogue {
                 id: "ptrace-self-test",
                 tier: .deferred,
                 timeoutMs: 300,
+                startsFirst: nil,
                 description: """
                     A forked child calls PTRACE_TRACEME and exits at once, so the caller is never left traced. \
                     Inspects this process; reports skipped under --root.
@@ -2843,6 +2877,7 @@ extension ProbeCatalogue {
                 id: "libc-view",
                 tier: .deferred,
                 timeoutMs: 300,
+                startsFirst: nil,
                 description: """
                     /proc/self/maps, status and environ read through libc and with raw system calls, compared: a hook \
                     that filters what the process sees of itself shows as a difference. Reports skipped under --root.
@@ -2869,6 +2904,7 @@ extension ProbeCatalogue {
                 id: "code-integrity",
                 tier: .deferred,
                 timeoutMs: 400,
+                startsFirst: nil,
                 description: """
                     First 16 bytes of libc's and libssl's sensitive functions and of Fingerly's own entry points in \
                     memory, compared with the ELF file on disk: inline hooks (trampolines named) and planted \
@@ -2927,6 +2963,7 @@ extension ProbeCatalogue {
                 id: "listening-sockets",
                 tier: .deferred,
                 timeoutMs: 300,
+                startsFirst: nil,
                 description: """
                     TCP listeners on the default ports of instrumentation servers (table instrumentationPorts), asked \
                     of the kernel over sock_diag on the live host; /proc/net/tcp and tcp6 for a root tree or where \
@@ -2956,6 +2993,7 @@ extension ProbeCatalogue {
                 id: "process-scan",
                 tier: .deferred,
                 timeoutMs: 500,
+                startsFirst: nil,
                 description: """
                     Other processes: virtual X servers, input injectors, holders of /dev/uinput (tables \
                     virtualDisplayProcesses, inputInjectorProcesses); open descriptors are read only while the kernel \
@@ -3013,6 +3051,7 @@ extension ProbeCatalogue {
                 id: "collector",
                 tier: .fast,
                 timeoutMs: nil,
+                startsFirst: nil,
                 description: """
                     The collector's own run. Not scheduled like the others: before any probe thread starts (live host \
                     only), this thread runs 1,024 data-dependent branches new to it and a 20,000-round arithmetic loop \

@@ -138,6 +138,24 @@ func timedOffPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> (va
         #expect(entries.map(\.id) == ["heavy1", "heavy2", "cheap1", "cheap2"])
     }
 
+    @Test func aProbeThatStartsFirstIsTakenBeforeEitherTier() async {
+        let tracker = RunTracker()
+        let jobs = [
+            ScheduledProbe(probe: SleepingProbe(id: "cheap", sleepMs: 1, tracker: tracker), tier: .fast, timeoutMs: 1000),
+            ScheduledProbe(probe: SleepingProbe(id: "other", sleepMs: 1, tracker: tracker), tier: .deferred, timeoutMs: 1000),
+            ScheduledProbe(probe: SleepingProbe(id: "longest", sleepMs: 5, tracker: tracker), tier: .deferred, timeoutMs: 1000,
+                           startsFirst: true),
+        ]
+        let entries = await offPool { Scheduler(budgetMs: 5000, concurrency: 1).run(jobs, in: environment()) }
+        #expect(tracker.starts.withLock { $0 } == ["longest", "cheap", "other"])
+        #expect(entries.map(\.id) == ["cheap", "other", "longest"])
+    }
+
+    /// The shipped catalogue marks only the trust store, the run's longest probe on every machine measured.
+    @Test func onlyTheTrustStoreStartsFirstInTheCatalogue() {
+        #expect(ProbeCatalogue.embedded.probes.filter { $0.startsFirst == true }.map(\.id) == ["trust-store"])
+    }
+
     @Test func budgetIsAHardBoundWhenAProbeBlocksForeverInASystemCall() async throws {
         let root = try TestPaths.temporaryDirectory("blocked")
         let tracker = RunTracker()
