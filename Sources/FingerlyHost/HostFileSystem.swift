@@ -359,6 +359,37 @@ package struct HostFileSystem: Sendable {
 
     /// Names in a directory that `keeping` accepts (before any is stored), at most `limit`.
     package func listDirectory(_ path: String, limit: Int, keeping: ((String) -> Bool)?) throws(HostReadError) -> [String] {
+        try entries(path, limit: limit, keeping: keeping) { _, _, _ throws(HostReadError) in () }.map(\.name)
+    }
+
+    /// The names in a directory that `keeping` accepts, at most `directoryEntryLimit`, each with its target when
+    /// it is a symbolic link (nil when it is none) or why that could not be read. Each link is read relative to
+    /// the open directory: one lookup per name where `linkTarget` would walk the whole path again.
+    package func listLinks(_ path: String, keeping: ((String) -> Bool)?) throws(HostReadError)
+        -> [(name: String, target: Result<String?, HostReadError>)] {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let capacity = buffer.count - 1
+        return try entries(path, limit: Self.directoryEntryLimit, keeping: keeping) {
+            directory, name, type throws(HostReadError) -> Result<String?, HostReadError> in
+            guard type == UInt8(DT_LNK) || type == UInt8(DT_UNKNOWN) else { return .success(nil) }
+            log?.record(path + "/" + name)
+            try allowance?.check(path)
+            let result = buffer.withUnsafeMutableBufferPointer { pointer in
+                retryingOnInterrupt { readlinkat(directory, name, pointer.baseAddress!, capacity) }
+            }
+            switch result {
+            case .success(let count):
+                return .success(String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            // Not a link, or gone since it was listed: as linkTarget answers.
+            case .failure(let error) where error.code == EINVAL || error.code == ENOENT: return .success(nil)
+            case .failure(let error): return .failure(HostReadError(path: path + "/" + name, systemError: error))
+            }
+        }.map { ($0.name, $0.extra) }
+    }
+
+    private func entries<Extra>(_ path: String, limit: Int, keeping: ((String) -> Bool)?,
+                                _ extra: (_ directory: Int32, _ name: String, _ type: UInt8) throws(HostReadError) -> Extra)
+        throws(HostReadError) -> [(name: String, extra: Extra)] {
         log?.record(path)
         let fd = try openDescriptor(path, flags: O_RDONLY | O_DIRECTORY | O_NONBLOCK)
         guard let directory = fdopendir(fd) else {
@@ -367,19 +398,19 @@ package struct HostFileSystem: Sendable {
             throw HostReadError(path: path, systemError: error)
         }
         defer { closedir(directory) }
-        var names: [String] = []
-        while names.count < limit, let entry = readdir(directory) {
+        var found: [(name: String, extra: Extra)] = []
+        while found.count < limit, let entry = readdir(directory) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
             }
             guard name != "." && name != "..", keeping?(name) ?? true else { continue }
-            names.append(name)
+            found.append((name, try extra(fd, name, entry.pointee.d_type)))
             // Names count against the probe's allowance like file contents do.
             allowance?.charge(name.utf8.count + 16)
-            if names.count % 256 == 0 { try allowance?.check(path) }
+            if found.count % 256 == 0 { try allowance?.check(path) }
         }
-        names.sort()
-        return names
+        found.sort { $0.name < $1.name }
+        return found
     }
 
     /// Whether anything exists at the path (without following a final symlink).

@@ -30,6 +30,26 @@ import Testing
         #expect(throws: HostReadError.self) { try host.read("/etc/machine-id") }
     }
 
+    /// A directory's links read relative to it say what linkTarget says of each path, under a root and live.
+    @Test func listedLinksAreTheLinksOwnTextAndNothingElseIsALink() throws {
+        let root = try TestPaths.temporaryDirectory("listed-links")
+        let directory = root + "/etc/ssl/certs"
+        try DeviceFixtures.link(directory + "/Shipped.pem", to: "/usr/share/ca-certificates/mozilla/Shipped.crt")
+        try DeviceFixtures.link(directory + "/relative.pem", to: "../../local.crt")
+        try DeviceFixtures.write("not a link\n", to: directory + "/plain.pem")
+        try DeviceFixtures.write("skipped\n", to: directory + "/other.txt")
+        for (host, path) in [(HostFileSystem(root: root), "/etc/ssl/certs"), (HostFileSystem(root: "/"), directory)] {
+            let listed = try host.listLinks(path) { $0.hasSuffix(".pem") }
+            #expect(listed.map(\.name) == ["Shipped.pem", "plain.pem", "relative.pem"])
+            #expect(listed.map { try? $0.target.get() } == ["/usr/share/ca-certificates/mozilla/Shipped.crt", .some(nil),
+                                                            "../../local.crt"])
+            for (name, target) in listed {
+                let expected = try host.linkTarget(path + "/" + name)
+                #expect((try? target.get()) == .some(expected), "\(name)")
+            }
+        }
+    }
+
     @Test func interfaceNamesThatCarryAMACAreRedacted() {
         #expect(NetworkInterfacesProbe.displayName("enx00e04c680001") == "enx<mac>")
         #expect(NetworkInterfacesProbe.displayName("wlx7cdd90a1b2c3") == "wlx<mac>")

@@ -101,10 +101,17 @@ package struct TrustStore {
         // What is trusted: the bundle, and every *.pem beside it that is not a link to a shipped file.
         // Listed first, read one at a time below: only one file's bytes are held at once, and the bundle's.
         var sources = [Self.bundle]
-        for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(Self.certificateDirectory) }) ?? [] where name.hasSuffix(".pem") {
-            let path = Self.certificateDirectory + "/" + name
-            if let target = context.attempt({ () throws(HostReadError) in try host.linkTarget(path) }) ?? nil, target.hasPrefix(Self.packaged + "/") { continue }
-            sources.append(path)
+        let listed = context.attemptIfPresent { () throws(HostReadError) in
+            try host.listLinks(Self.certificateDirectory) { $0.hasSuffix(".pem") }
+        }
+        for (name, target) in listed ?? [] {
+            switch target {
+            case .success(let target?) where target.hasPrefix(Self.packaged + "/"): continue
+            case .success: break
+            // A link that could not be read is read as a file: it may hold anything.
+            case .failure(let error): context.record(error)
+            }
+            sources.append(Self.certificateDirectory + "/" + name)
         }
 
         var seen: Set<String> = []
