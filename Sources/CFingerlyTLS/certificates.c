@@ -75,7 +75,9 @@ struct block {
     size_t common_name_length;
 };
 
-/// One DER header at `*cursor`: its tag, and the length of its contents, which lie inside `end`.
+/// One DER header at `*cursor`: its tag, and the length of its contents, which lie inside `end`. Only DER's
+/// own length forms: libcrypto also takes a longer form than needed, and a walk that read it would see other
+/// bytes than libcrypto's canonical re-encoding compares, so anything else is no header here.
 static bool der_header(const unsigned char **cursor, const unsigned char *end, unsigned char *tag, size_t *length) {
     const unsigned char *at = *cursor;
     if (end - at < 2) return false;
@@ -83,9 +85,10 @@ static bool der_header(const unsigned char **cursor, const unsigned char *end, u
     size_t count = *at++;
     if (count & 0x80) {
         size_t digits = count & 0x7f;
-        if (digits == 0 || digits > 4 || (size_t)(end - at) < digits) return false;
+        if (digits == 0 || digits > 4 || (size_t)(end - at) < digits || *at == 0) return false;
         count = 0;
         for (size_t digit = 0; digit < digits; digit++) count = count << 8 | *at++;
+        if (count < 0x80) return false;
     }
     if (count > (size_t)(end - at)) return false;
     *cursor = at;
@@ -193,7 +196,7 @@ static bool canonical_string(unsigned char tag, const unsigned char *value, size
 /// value canonical_string declines). Names X509_NAME_cmp finds equal have equal first common names.
 static enum common_name_state first_common_name(const unsigned char *der, long der_length, unsigned char *out,
                                                 size_t capacity, size_t *length) {
-    static const unsigned char common_name_oid[] = {0x06, 0x03, 0x55, 0x04, 0x03};
+    static const unsigned char common_name_oid[] = {0x55, 0x04, 0x03};  // 2.5.4.3
     const unsigned char *subject, *cursor;
     long subject_length;
     unsigned char tag;
@@ -213,10 +216,10 @@ static enum common_name_state first_common_name(const unsigned char *der, long d
             if (!der_header(&cursor, set_end, &tag, &size) || tag != 0x30) return common_name_unknown;
             const unsigned char *entry_end = cursor + size;
             entries++;
-            bool common = (size_t)(entry_end - cursor) >= sizeof common_name_oid &&
-                          memcmp(cursor, common_name_oid, sizeof common_name_oid) == 0;
-            if (common) {
-                const unsigned char *inner = cursor + sizeof common_name_oid;
+            size_t oid_size;
+            if (!der_header(&cursor, entry_end, &tag, &oid_size) || tag != 0x06) return common_name_unknown;
+            if (oid_size == sizeof common_name_oid && memcmp(cursor, common_name_oid, sizeof common_name_oid) == 0) {
+                const unsigned char *inner = cursor + oid_size;
                 if (!der_header(&inner, entry_end, &value_tag, &value_size)) return common_name_unknown;
                 value = inner;
             }
