@@ -75,6 +75,65 @@ struct ImpersonatingRootTests {
         #expect(found.first?.hasSuffix("(a packaged root's name with a different key)") == true)
     }
 
+    /// One DER element at `start`: its tag, where its contents lie, and where it ends (lengths as read, any form).
+    static func element(_ bytes: [UInt8], at start: Int) -> (tag: UInt8, contents: Range<Int>, end: Int) {
+        var at = start + 2, length = Int(bytes[start + 1])
+        if length & 0x80 != 0 {
+            let digits = length & 0x7f
+            length = bytes[at..<at + digits].reduce(0) { $0 << 8 | Int($1) }
+            at += digits
+        }
+        return (bytes[start], at..<at + length, at + length)
+    }
+
+    static func encoded(_ tag: UInt8, _ contents: [UInt8]) -> [UInt8] {
+        if contents.count < 128 { return [tag, UInt8(contents.count)] + contents }
+        let digits = withUnsafeBytes(of: UInt32(contents.count).bigEndian) { Array($0) }.drop { $0 == 0 }
+        return [tag, 0x80 | UInt8(digits.count)] + digits + contents
+    }
+
+    static func children(_ bytes: [UInt8], _ range: Range<Int>) -> [[UInt8]] {
+        var found: [[UInt8]] = [], at = range.lowerBound
+        while at < range.upperBound {
+            let next = element(bytes, at: at).end
+            found.append(Array(bytes[at..<next]))
+            at = next
+        }
+        return found
+    }
+
+    /// `pem` with its subject's common-name OID written with a longer length form than DER's (06 81 03), which
+    /// libcrypto reads and re-encodes minimally when it compares names. Nothing here checks the signature.
+    static func withLongFormCommonNameOID(_ pem: String) throws -> String {
+        let der = try Self.der(pem)
+        let certificate = element(der, at: 0)
+        var parts = children(der, certificate.contents)
+        let tbs = element(parts[0], at: 0)
+        var fields = children(parts[0], tbs.contents)
+        let subject = try #require(fields.count > 5 ? fields[5] : nil)
+        let names = children(subject, element(subject, at: 0).contents).map { set in
+            encoded(0x31, children(set, element(set, at: 0).contents).map { entry -> [UInt8] in
+                var contents = Array(entry[element(entry, at: 0).contents])
+                if contents.starts(with: [0x06, 0x03, 0x55, 0x04, 0x03]) { contents.replaceSubrange(0..<2, with: [0x06, 0x81, 0x03]) }
+                return encoded(0x30, contents)
+            }.joined().map { $0 })
+        }
+        fields[5] = encoded(0x30, Array(names.joined()))
+        parts[0] = encoded(0x30, Array(fields.joined()))
+        let rewritten = encoded(0x30, Array(parts.joined()))
+        #expect(Self.holds(rewritten, [0x06, 0x81, 0x03, 0x55, 0x04, 0x03]))
+        let text = Data(rewritten).base64EncodedString(options: [.lineLength64Characters, .endLineWithLineFeed])
+        return "-----BEGIN CERTIFICATE-----\n" + text + "\n-----END CERTIFICATE-----\n"
+    }
+
+    @Test func aCopyWhoseCommonNameOIDIsWrittenLongIsFoundToo() throws {
+        let packaged = try Self.root(Self.packagedSubject)
+        let copy = try Self.withLongFormCommonNameOID(try Self.root(Self.packagedSubject).pem)
+        let found = try Self.impersonating(packaged: packaged.pem,
+                                           trusted: ["/etc/ssl/certs/ca-certificates.crt": packaged.pem + copy])
+        #expect(found.count == 1, "\(found)")
+    }
+
     @Test func anotherNameOrTheSameKeyIsNoImpersonation() throws {
         let packaged = try Self.root(Self.packagedSubject)
         let otherName = try Self.root(Self.packagedSubject + " 2")

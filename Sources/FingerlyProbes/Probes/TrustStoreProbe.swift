@@ -12,6 +12,7 @@ package struct TrustStore {
     static let fileLimit = 2 * 1024 * 1024
     static let scanCutDetail = "more locally added certificates than one scan describes: some were not examined"
     static let fingerprintCutDetail = "more certificates than one scan fingerprints: some were not examined"
+    static let comparisonCutDetail = "more text beside the bundle than one comparison with its packaged roots reads: some was not compared"
     static let nameCutDetail = "a certificate's subject or issuer is longer than \(Certificates.nameLimit) bytes: shown cut"
     /// The most locally added certificates one file is described with.
     static let localRootLimit = 1024
@@ -106,7 +107,9 @@ package struct TrustStore {
         }
         for (name, target) in listed ?? [] {
             switch target {
-            case .success(let target?) where target.hasPrefix(Self.packaged + "/"): continue
+            // A target that climbs with ".." can leave the packaged directory whatever it starts with.
+            case .success(let target?) where target.hasPrefix(Self.packaged + "/")
+                && !target.split(separator: "/").contains(".."): continue
             case .success: break
             // A link that could not be read is read as a file: it may hold anything.
             case .failure(let error): context.record(error)
@@ -121,6 +124,8 @@ package struct TrustStore {
         // The bundle's bytes, when read this run; known: the cache answered for it, unread.
         var bundleText: [UInt8]?
         var bundleKnown = false
+        // The files beside the bundle holding a local root not in it, to be compared with its packaged roots.
+        var besideTheBundle: [UInt8] = []
         for path in sources {
             let contents: [UInt8]
             var identity: FileIdentity?
@@ -145,19 +150,22 @@ package struct TrustStore {
             readAny = true
             let source = (path: path, bytes: contents)
             if path == Self.bundle { bundleText = contents }
-            var scan: TrustedCertificateScan
+            let scan: TrustedCertificateScan
             do {
                 scan = try Certificates.scanTrusted(pem: source.bytes, packagedFingerprints: packaged, limit: localRootLimit)
-                // One seen already was compared where it was seen: Debian links each local root beside the bundle
-                // and puts it in the bundle too.
-                if path != Self.bundle,
-                   scan.local.contains(where: { !$0.impersonatesPackaged && !seen.contains($0.certificate.fingerprint) }),
-                   let bundle = bundleText ?? (bundleKnown ? bytes(Self.bundle) : nil) {
-                    scan = try Self.comparedWithTheBundle(scan, contents, bundle, packaged: packaged)
-                }
             } catch {
                 try Self.record(error, path, in: context)
                 continue
+            }
+            // One seen already was compared where it was seen: Debian links each local root beside the bundle and
+            // puts it in the bundle too.
+            if path != Self.bundle,
+               scan.local.contains(where: { !$0.impersonatesPackaged && !seen.contains($0.certificate.fingerprint) }) {
+                if besideTheBundle.count + contents.count < Self.fileLimit {
+                    besideTheBundle += contents + (contents.last == UInt8(ascii: "\n") ? [] : [UInt8(ascii: "\n")])
+                } else {
+                    context.recordMalformed(path, Self.comparisonCutDetail)
+                }
             }
             // Kept only when every certificate was a packaged root: one the scan could not parse
             // is in neither of its counts but is fingerprinted, so the counts would disagree. try?
@@ -178,6 +186,18 @@ package struct TrustStore {
                 roots.append(LocalRoot(certificate: certificate, source: how, impersonates: found.impersonatesPackaged))
             }
         }
+        if !besideTheBundle.isEmpty, let bundle = bundleText ?? (bundleKnown ? bytes(Self.bundle) : nil) {
+            do {
+                let impersonating = try Self.impersonating(besideTheBundle, comparedWith: bundle, packaged: packaged)
+                if impersonating.isCut { context.recordMalformed(Self.certificateDirectory, Self.comparisonCutDetail) }
+                roots = roots.map { root in
+                    guard !root.impersonates, impersonating.fingerprints.contains(root.certificate.fingerprint) else { return root }
+                    return LocalRoot(certificate: root.certificate, source: root.source, impersonates: true)
+                }
+            } catch {
+                try Self.record(error, Self.certificateDirectory, in: context)
+            }
+        }
         if let cache, let storage = context.trustStoreCacheStorage, cache.needsSaving {
             storage.save(cache.serialized())
         }
@@ -185,22 +205,17 @@ package struct TrustStore {
         return TrustStore(trustedCount: packagedCount + roots.count, packagedCount: packagedCount, localRoots: roots)
     }
 
-    /// A local root beside the bundle, in a file of its own, against the packaged roots the bundle holds: a copy
-    /// of a shipped root's name is no less an impersonation for sitting elsewhere. The two texts are read as one
-    /// (this is rare: update-ca-certificates puts local roots in the bundle) and the flags taken from that read.
-    private static func comparedWithTheBundle(_ scan: TrustedCertificateScan, _ contents: [UInt8], _ bundle: [UInt8],
-                                              packaged: Set<String>) throws(CertificateReadError) -> TrustedCertificateScan {
-        let separator: [UInt8] = bundle.isEmpty || bundle.last == UInt8(ascii: "\n") ? [] : [UInt8(ascii: "\n")]
-        let together = try Certificates.scanTrusted(pem: bundle + separator + contents, packagedFingerprints: packaged,
-                                                    limit: localRootLimit)
-        let impersonating = Set(together.local.filter(\.impersonatesPackaged).map(\.certificate.fingerprint))
-        let local = scan.local.map { found in
-            LocalCertificate(certificate: found.certificate,
-                             impersonatesPackaged: found.impersonatesPackaged
-                                 || impersonating.contains(found.certificate.fingerprint))
-        }
-        return TrustedCertificateScan(packagedCount: scan.packagedCount, local: local, localFound: scan.localFound,
-                                      fingerprints: scan.fingerprints)
+    /// The local roots beside the bundle, in files of their own, that copy the name of a packaged root the bundle
+    /// holds: a copy is no less an impersonation for sitting elsewhere. One read of those files and the bundle
+    /// together (rare: update-ca-certificates puts local roots in the bundle), theirs first and only theirs
+    /// described: the bundle's own local roots were compared when it was read.
+    private static func impersonating(_ beside: [UInt8], comparedWith bundle: [UInt8], packaged: Set<String>)
+        throws(CertificateReadError) -> (fingerprints: Set<String>, isCut: Bool) {
+        // Described: as many as the files beside hold, which come first; the bundle's own are only counted.
+        let besideCount = try Certificates.fingerprints(ofPEM: beside).found
+        let together = try Certificates.scanTrusted(pem: beside + bundle, packagedFingerprints: packaged,
+                                                    limit: min(localRootLimit, besideCount))
+        return (Set(together.local.filter(\.impersonatesPackaged).map(\.certificate.fingerprint)), besideCount > localRootLimit)
     }
 
     /// A file that could not be read is recorded; without libcrypto, where it was needed, there is no store.
@@ -226,7 +241,6 @@ package struct TrustStoreProbe: Probe {
         if let store = try TrustStore.read(context) {
             context.emit("tls.trust_store_certificates", store.trustedCount)
             context.emit("tls.packaged_roots", store.packagedCount)
-            context.emit("tls.local_roots", store.localRoots.map { "\(context.personal($0.certificate.subject)) (\($0.source))" })
             var impersonating: [String] = []
             var interception: [String] = []
             var products: [String] = []
@@ -241,9 +255,12 @@ package struct TrustStoreProbe: Probe {
                     if !products.contains(row.product) { products.append(row.product) }
                 }
             }
+            // Before the list of every local root: a probe's output is bounded, and a long list must not crowd out
+            // the few lines that name an impersonation or an interception product.
             context.emit("tls.impersonating_roots", impersonating)
             context.emit("tls.interception_cas", interception)
             if let product = products.first { context.emit("tls.interception_product", product) }
+            context.emit("tls.local_roots", store.localRoots.map { "\(context.personal($0.certificate.subject)) (\($0.source))" })
         }
 
         let oversized = context.issues.filter { [HostFileSystem.oversizedDetail(TrustStore.fileLimit), TrustStore.scanCutDetail, TrustStore.fingerprintCutDetail].contains($0.detail) }.map(\.path)
