@@ -47,6 +47,15 @@ enum RunSlowdown: Sendable {
 /// thread replaced) and `run` still returns on time. Fast probes are queued before deferred ones,
 /// so the deferred tier can never starve the fast tier of slots.
 struct Scheduler: Sendable {
+    /// Which job is taken when. Stable: what starts first, then fast before deferred, catalogue order within a
+    /// tier. A run lasts at least as long as its longest probe: begun last, that one would be the whole run's
+    /// tail. At least one thread is left to the rest, so a slow first probe never holds up the fast tier alone.
+    static func startingOrder(of jobs: [ScheduledProbe], concurrency: Int) -> [Int] {
+        let leading = Set(jobs.indices.filter { jobs[$0].startsFirst }.prefix(max(0, concurrency - 1)))
+        func rank(_ index: Int) -> (Int, Tier, Int) { (leading.contains(index) ? 0 : 1, jobs[index].tier, index) }
+        return jobs.indices.sorted { rank($0) < rank($1) }
+    }
+
     let budgetMs: Int
     let concurrency: Int
 
@@ -99,10 +108,7 @@ struct Scheduler: Sendable {
         }
         var runDeadline: Double { budgetDeadline - reserveMs }
 
-        // Stable order: what starts first, then fast before deferred, catalogue order within a tier. A run lasts
-        // at least as long as its longest probe: begun last, that one would be the whole run's tail.
-        func rank(_ index: Int) -> (Int, Tier, Int) { (jobs[index].startsFirst ? 0 : 1, jobs[index].tier, index) }
-        let order = jobs.indices.sorted { rank($0) < rank($1) }
+        let order = Self.startingOrder(of: jobs, concurrency: concurrency)
         let shared = Mutex(RunState(pending: order[...], stopAt: runDeadline))
         let wakeUp = DispatchSemaphore(value: 0)
         var entries: [Int: ProbeEntry] = [:]

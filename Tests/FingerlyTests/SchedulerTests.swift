@@ -138,7 +138,7 @@ func timedOffPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> (va
         #expect(entries.map(\.id) == ["heavy1", "heavy2", "cheap1", "cheap2"])
     }
 
-    @Test func aProbeThatStartsFirstIsTakenBeforeEitherTier() async {
+    @Test func aProbeThatStartsFirstIsTakenBeforeEitherTierWhenAThreadIsLeftForThem() async {
         let tracker = RunTracker()
         let jobs = [
             ScheduledProbe(probe: SleepingProbe(id: "cheap", sleepMs: 1, tracker: tracker), tier: .fast, timeoutMs: 1000),
@@ -146,8 +146,15 @@ func timedOffPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> (va
             ScheduledProbe(probe: SleepingProbe(id: "longest", sleepMs: 5, tracker: tracker), tier: .deferred, timeoutMs: 1000,
                            startsFirst: true),
         ]
+        #expect(Scheduler.startingOrder(of: jobs, concurrency: 2) == [2, 0, 1])
+        // Two that start first on two threads: one goes first, the other keeps its tier's place.
+        let second = ScheduledProbe(probe: SleepingProbe(id: "second", sleepMs: 1, tracker: tracker), tier: .deferred,
+                                    timeoutMs: 1000, startsFirst: true)
+        #expect(Scheduler.startingOrder(of: jobs + [second], concurrency: 2) == [2, 0, 1, 3])
+        #expect(Scheduler.startingOrder(of: jobs + [second], concurrency: 4) == [2, 3, 0, 1])
+        // One thread: the fast tier is not held up behind it.
         let entries = await offPool { Scheduler(budgetMs: 5000, concurrency: 1).run(jobs, in: environment()) }
-        #expect(tracker.starts.withLock { $0 } == ["longest", "cheap", "other"])
+        #expect(tracker.starts.withLock { $0 } == ["cheap", "other", "longest"])
         #expect(entries.map(\.id) == ["cheap", "other", "longest"])
     }
 
