@@ -50,8 +50,11 @@ struct Scheduler: Sendable {
     /// Which job is taken when. Stable: what starts first, then fast before deferred, catalogue order within a
     /// tier. A run lasts at least as long as its longest probe: begun last, that one would be the whole run's
     /// tail. At least one thread is left to the rest, so a slow first probe never holds up the fast tier alone.
-    static func startingOrder(of jobs: [ScheduledProbe], concurrency: Int) -> [Int] {
-        let leading = Set(jobs.indices.filter { jobs[$0].startsFirst }.prefix(max(0, concurrency - 1)))
+    /// Under a tracer or a translator the tiers keep their order: the run is slow whatever comes first, and a
+    /// library loaded while other threads run through their first calls is where ltrace loses track of a process.
+    static func startingOrder(of jobs: [ScheduledProbe], concurrency: Int, slowdown: RunSlowdown = .none) -> [Int] {
+        let firsts = slowdown == .none ? max(0, concurrency - 1) : 0
+        let leading = Set(jobs.indices.filter { jobs[$0].startsFirst }.prefix(firsts))
         func rank(_ index: Int) -> (Int, Tier, Int) { (leading.contains(index) ? 0 : 1, jobs[index].tier, index) }
         return jobs.indices.sorted { rank($0) < rank($1) }
     }
@@ -108,7 +111,7 @@ struct Scheduler: Sendable {
         }
         var runDeadline: Double { budgetDeadline - reserveMs }
 
-        let order = Self.startingOrder(of: jobs, concurrency: concurrency)
+        let order = Self.startingOrder(of: jobs, concurrency: concurrency, slowdown: slowdown)
         let shared = Mutex(RunState(pending: order[...], stopAt: runDeadline))
         let wakeUp = DispatchSemaphore(value: 0)
         var entries: [Int: ProbeEntry] = [:]

@@ -152,6 +152,8 @@ func timedOffPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> (va
                                     timeoutMs: 1000, startsFirst: true)
         #expect(Scheduler.startingOrder(of: jobs + [second], concurrency: 2) == [2, 0, 1, 3])
         #expect(Scheduler.startingOrder(of: jobs + [second], concurrency: 4) == [2, 3, 0, 1])
+        #expect(Scheduler.startingOrder(of: jobs, concurrency: 4, slowdown: .traced) == [0, 1, 2])
+        #expect(Scheduler.startingOrder(of: jobs, concurrency: 4, slowdown: .translated) == [0, 1, 2])
         // One thread: the fast tier is not held up behind it.
         let entries = await offPool { Scheduler(budgetMs: 5000, concurrency: 1).run(jobs, in: environment()) }
         #expect(tracker.starts.withLock { $0 } == ["cheap", "other", "longest"])
