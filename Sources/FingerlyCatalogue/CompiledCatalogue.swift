@@ -2601,8 +2601,8 @@ extension ProbeCatalogue {
                     only); known interception CAs (table interceptionCAs); local roots copying a packaged root's name \
                     with another key; RHEL anchors, the user's NSS database and Firefox enterprise policies. The \
                     fingerprints of packaged files, and of trusted files holding packaged roots only, are cached in \
-                    the state directory by file identity; nothing of a local root is. Started before every other probe \
-                    of the run: it takes longest.
+                    the state directory by file identity; nothing of a local root is. Started first (startsFirst) when \
+                    more than one probe runs at once and no tracer is attached: it takes longest.
                     """,
                 reads: [
                     "/etc/ssl/certs/ca-certificates.crt",
