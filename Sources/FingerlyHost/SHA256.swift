@@ -135,9 +135,12 @@ package struct SHA256: Sendable {
         switch compression {
         case .portable: Self.compressPortably(&state, input, blocks: blocks)
         case .hardware:
-            withUnsafeMutableBytes(of: &state) { words in
-                fingerly_sha256_compress_hardware(words.baseAddress!.assumingMemoryBound(to: UInt32.self),
-                                                  input.assumingMemoryBound(to: UInt8.self), blocks)
+            Self.roundConstants.withUnsafeBufferPointer { constants in
+                withUnsafeMutableBytes(of: &state) { words in
+                    fingerly_sha256_compress_hardware(words.baseAddress!.assumingMemoryBound(to: UInt32.self),
+                                                      input.assumingMemoryBound(to: UInt8.self), blocks,
+                                                      constants.baseAddress!)
+                }
             }
         }
     }

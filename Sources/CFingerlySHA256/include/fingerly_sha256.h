@@ -9,7 +9,9 @@
 bool fingerly_sha256_hardware_available(void);
 
 /// Runs `blocks` 64-byte blocks from `input` (any alignment) through SHA-256's compression function
-/// with the SHA extensions; `state` is a..h. Call only where fingerly_sha256_hardware_available().
-void fingerly_sha256_compress_hardware(uint32_t state[8], const uint8_t *input, size_t blocks);
+/// with the SHA extensions; `state` is a..h, `round_constants` the standard's K (SHA256.swift declares them).
+/// Call only where fingerly_sha256_hardware_available().
+void fingerly_sha256_compress_hardware(uint32_t state[8], const uint8_t *input, size_t blocks,
+                                       const uint32_t round_constants[64]);
 
 #endif
