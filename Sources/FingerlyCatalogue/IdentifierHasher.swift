@@ -38,15 +38,7 @@ package struct IdentifierHasher: Sendable {
         let message = raw.trimmingWhitespace().utf8.map { (65...90).contains($0) ? $0 + 32 : $0 }
         var code = code
         code.update(message)
-        let digest = code.finalize()
-        let hex = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(digest.count * 2)
-        for byte in digest {
-            text.append(hex[Int(byte >> 4)])
-            text.append(hex[Int(byte & 0xf)])
-        }
-        return String(decoding: text, as: UTF8.self)
+        return lowercaseHex(code.finalize())
     }
 
     /// Personal free text as the policy wants it in the report. The fingerprint is keyed like

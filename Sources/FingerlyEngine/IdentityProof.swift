@@ -62,15 +62,7 @@ package struct StoredIdentifierKeys: Sendable {
         code.update(Self.domain)
         var value = value
         value.withUTF8 { code.update(UnsafeRawBufferPointer($0)) }
-        let digest = code.finalize()
-        let hex = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(64)
-        for byte in digest {
-            text.append(hex[Int(byte >> 4)])
-            text.append(hex[Int(byte & 0xf)])
-        }
-        return String(decoding: text, as: UTF8.self)
+        return lowercaseHex(code.finalize())
     }
 
     /// Where a signal's text holds keyed identifier hashes: each word (a run of ASCII letters

@@ -184,15 +184,7 @@ package enum Certificates {
 
     /// SHA-256 of a certificate's DER, as the C side writes it.
     static func fingerprint(of der: ArraySlice<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        let digest = SHA256.hash(der)
-        return String(unsafeUninitializedCapacity: 2 * digest.count) { output in
-            for (index, byte) in digest.enumerated() {
-                output[2 * index] = digits[Int(byte >> 4)]
-                output[2 * index + 1] = digits[Int(byte & 0xF)]
-            }
-            return 2 * digest.count
-        }
+        lowercaseHex(SHA256.hash(der))
     }
 
     /// A SHA-256 fingerprint as the C side writes it: 64 lower-case hex digits.

@@ -1,4 +1,5 @@
 import FingerlyEngine
+import FingerlyHost
 import FingerlyStore
 import FingerlyTransport
 #if canImport(Glibc)
@@ -476,10 +477,5 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         case failed(HTTPResponse)
     }
 
-    static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        for byte in bytes { out.append(digits[Int(byte >> 4)]); out.append(digits[Int(byte & 15)]) }
-        return String(decoding: out, as: UTF8.self)
-    }
+    static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String { lowercaseHex(Array(bytes)) }
 }

@@ -174,13 +174,5 @@ package enum DurableFile {
         return unlinkat(directoryFd, name, 0) == 0
     }
 
-    static func hex(_ bytes: some Sequence<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        for byte in bytes {
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0xf)])
-        }
-        return String(decoding: text, as: UTF8.self)
-    }
+    static func hex(_ bytes: some Sequence<UInt8>) -> String { lowercaseHex(Array(bytes)) }
 }
