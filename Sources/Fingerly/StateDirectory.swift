@@ -116,7 +116,8 @@ enum StateDirectory {
     static func makeDirectories(_ path: String) -> String? {
         var prefix = ""
         for component in path.split(separator: "/") {
-            prefix += "/" + component
+            prefix += "/"
+            prefix.append(contentsOf: component)
             if mkdir(prefix, 0o700) != 0 && errno != EEXIST { return "\(prefix): \(SystemError(errno))" }
         }
         return nil

@@ -72,6 +72,16 @@ import Testing
         #expect(vocabulary.stringTables["chassisTypes"] == nil && vocabulary.stringTables["dmiVendors"] == nil)
     }
 
+    @Test func aBareMetalSuffixCountsOnlyWhereItsNameEnds() {
+        #expect(DMIProbe.namesBareMetal("c7i.metal", suffix: ".metal"))
+        #expect(DMIProbe.namesBareMetal("m7g.metal-48xl", suffix: ".metal"))
+        #expect(DMIProbe.namesBareMetal("x.metallic.metal", suffix: ".metal"))
+        #expect(!DMIProbe.namesBareMetal("x.metallic", suffix: ".metal"))
+        #expect(!DMIProbe.namesBareMetal("c7i.metal\u{301}", suffix: ".metal"))
+        #expect(!DMIProbe.namesBareMetal(".meta", suffix: ".metal"))
+        #expect(!DMIProbe.namesBareMetal("c7i.metal", suffix: ""))
+    }
+
     @Test func aMissingOrMisshapenTableIsAnIssueOnceNotACrash() {
         let context = Self.context()
         for _ in 0..<3 { #expect(context.tables.strings("noSuchTable").isEmpty) }

@@ -215,6 +215,14 @@ import Testing
         #expect(NetworkInterfacesProbe.vendorClass(of: "3c:a9:f4:5e:21:b7", table: table) == "physical-or-unknown")
         #expect(NetworkInterfacesProbe.vendorClass(of: "zz:a9:f4:5e:21:b7", table: table) == nil)
         #expect(NetworkInterfacesProbe.vendorClass(of: "3c:a9:f4", table: table) == nil)
+        // Only the kernel's form: six ASCII pairs and five colons.
+        #expect(NetworkInterfacesProbe.vendorClass(of: "52:54:00:12:34:5", table: table) == nil)
+        #expect(NetworkInterfacesProbe.vendorClass(of: "52-54-00-12-34-56", table: table) == nil)
+        #expect(NetworkInterfacesProbe.vendorClass(of: "52:54:00:12:34:56:", table: table) == nil)
+        #expect(NetworkInterfacesProbe.vendorClass(of: "52:54:00:12:34:\u{FF15}\u{FF16}", table: table) == nil)
+        #expect(NetworkInterfacesProbe.vendorClass(of: "52:54:00:12:34:5g", table: table) == nil)
+        #expect(NetworkInterfacesProbe.vendorClass(of: "00:00:00:00:00:00", table: table) == nil)
+        #expect(NetworkInterfacesProbe.vendorClass(of: "52:54:00:AB:CD:EF", table: table) == "qemu")
     }
 
     /// With the OUI beside the hash, the MAC fell to a search of 2^24 values; the report now

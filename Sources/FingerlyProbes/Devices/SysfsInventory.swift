@@ -66,9 +66,13 @@ package struct SysfsInventory: DeviceInventory {
     func resolve(_ path: String) -> String {
         guard let target = ifPresent({ () throws(HostReadError) in try host.linkTarget(path) }) ?? nil else { return path }
         if target.hasPrefix("/") { return target }
-        var components = path.split(separator: "/").dropLast().map(String.init)
-        for part in target.split(separator: "/") {
-            if part == ".." { _ = components.popLast() } else if part != "." { components.append(String(part)) }
+        // Components as the kernel sees them, split at the byte "/": splitting by characters cost more than
+        // reading the link.
+        let slash = UInt8(ascii: "/")
+        var components = path.utf8.split(separator: slash).dropLast().map { String(Substring($0)) }
+        for part in target.utf8.split(separator: slash) {
+            if part.elementsEqual("..".utf8) { _ = components.popLast() }
+            else if !part.elementsEqual(".".utf8) { components.append(String(Substring(part))) }
         }
         return "/" + components.joined(separator: "/")
     }

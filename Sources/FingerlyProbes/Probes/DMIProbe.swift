@@ -88,8 +88,13 @@ package struct DMIProbe: Probe {
 
     /// "c7i.metal" and "m7g.metal-48xl" are bare metal; "x.metallic" is not.
     static func namesBareMetal(_ product: String, suffix: String) -> Bool {
-        guard !suffix.isEmpty else { return false }
-        return product.ranges(of: suffix).contains { $0.upperBound == product.endIndex || product[$0.upperBound] == "-" }
+        // Bytes: the string-processing searcher costs a generic-metadata lookup on every start.
+        let text = Array(product.utf8), wanted = Array(suffix.utf8)
+        guard !wanted.isEmpty, wanted.count <= text.count else { return false }
+        return (0...(text.count - wanted.count)).contains { start in
+            let end = start + wanted.count
+            return text[start..<end].elementsEqual(wanted) && (end == text.count || text[end] == UInt8(ascii: "-"))
+        }
     }
 
     /// SMBIOS BIOS Information (type 0), characteristics extension byte 2, bit 4: "this is a

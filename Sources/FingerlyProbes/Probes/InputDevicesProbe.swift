@@ -33,7 +33,11 @@ package struct InputDevicesProbe: Probe {
 }
 
 extension String {
+    /// Without the leading and trailing characters that `set` holds. Indices only: reversed views of a
+    /// string cost a generic-metadata lookup at run time on every start.
     func trimmingCharacters(in set: String) -> String {
-        String(drop { set.contains($0) }.reversed().drop { set.contains($0) }.reversed())
+        guard let first = firstIndex(where: { !set.contains($0) }),
+              let last = lastIndex(where: { !set.contains($0) }) else { return "" }
+        return String(self[first...last])
     }
 }

@@ -47,12 +47,19 @@ package struct NetworkInterfacesProbe: Probe {
 
     /// The table's class for the longest prefix that matches; else `locally-administered`
     /// (cloud and container NICs make up their own addresses) or `physical-or-unknown`.
+    /// Only the form the kernel writes, six pairs of ASCII hex digits joined by colons, has a class.
     static func vendorClass(of mac: String, table: [String: String]) -> String? {
-        let octets = mac.split(separator: ":")
-        guard octets.count == 6, octets.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isHexDigit) }),
-              let first = UInt8(octets[0], radix: 16), mac != "00:00:00:00:00:00" else { return nil }
-        for length in stride(from: 3, through: 1, by: -1) {
-            if let vendorClass = table[octets.prefix(length).joined(separator: ":")] { return vendorClass }
+        // Bytes, not split and joined substrings: this runs for every interface on every start.
+        let bytes = Array(mac.utf8)
+        guard bytes.count == 17, mac != "00:00:00:00:00:00" else { return nil }
+        for (offset, byte) in bytes.enumerated() {
+            let isHexDigit = (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte | 0x20)
+            guard offset % 3 == 2 ? byte == UInt8(ascii: ":") : isHexDigit else { return nil }
+        }
+        guard let first = UInt8(String(decoding: bytes[0..<2], as: UTF8.self), radix: 16) else { return nil }
+        for octets in [3, 2, 1] {
+            if let vendorClass = table[String(decoding: bytes[0..<(octets * 3 - 1)], as: UTF8.self)] { return vendorClass }
         }
         return first & 0b10 != 0 ? "locally-administered" : "physical-or-unknown"
     }
