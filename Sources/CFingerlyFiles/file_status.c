@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -40,4 +41,10 @@ int fingerly_status_fd(int fd, fingerly_file_status *out) {
 
 int fingerly_status_path(const char *path, fingerly_file_status *out) {
     return status_at(AT_FDCWD, path, 0, out);
+}
+
+int fingerly_status_entry(int directory, const char *name, fingerly_file_status *out) {
+    // One component only: a path would walk out of the directory the caller confined itself to.
+    if (name[0] == '\0' || strchr(name, '/') != NULL) return -EINVAL;
+    return status_at(directory, name, AT_SYMLINK_NOFOLLOW, out);
 }

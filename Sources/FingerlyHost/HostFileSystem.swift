@@ -304,8 +304,8 @@ package struct HostFileSystem: Sendable {
     /// The first line of a sysfs-style attribute file, trimmed.
     package func readAttribute(_ path: String) throws(HostReadError) -> String {
         let text = try readText(path, limit: 4096)
-        return text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
-            .first.map { $0.trimmingWhitespace() } ?? ""
+        // The first line by its byte: a split by characters segments the text, which cost more than the read.
+        return text[..<(text.utf8.firstIndex(of: UInt8(ascii: "\n")) ?? text.endIndex)].trimmingWhitespace()
     }
 
     /// The target of a symbolic link, as stored (never resolved against the root prefix).
@@ -367,9 +367,33 @@ package struct HostFileSystem: Sendable {
     /// the open directory: one lookup per name where `linkTarget` would walk the whole path again.
     package func listLinks(_ path: String, keeping: ((String) -> Bool)?) throws(HostReadError)
         -> [(name: String, target: Result<String?, HostReadError>)] {
+        try listLinks(path, keeping: keeping, opened: nil)
+    }
+
+    /// `listLinks`, leaving out the names `judged` gives for the directory's identity (device, inode, size,
+    /// modification and change times): what a caller already knows of them. A link cannot be changed in place,
+    /// only replaced, and every entry made, removed or renamed sets the directory's change time, so an unchanged
+    /// identity means unchanged names and targets.
+    package func listLinks(_ path: String, keeping: ((String) -> Bool)?, unless judged: @escaping (FileIdentity) -> Set<String>?)
+        throws(HostReadError) -> LinkListing {
+        var identity: FileIdentity?
+        var skipped: Set<String> = []
+        let links = try listLinks(path, keeping: { name in !skipped.contains(name) && keeping?(name) ?? true }) {
+            directory throws(HostReadError) in
+            let status = try status(of: directory, path: path)
+            identity = status.identity
+            skipped = judged(status.identity) ?? []
+        }
+        guard let identity else { throw HostReadError(.malformed, path: path, detail: "listed without a status") }
+        return LinkListing(identity: identity, judged: skipped, links: links)
+    }
+
+    private func listLinks(_ path: String, keeping: ((String) -> Bool)?,
+                           opened: ((Int32) throws(HostReadError) -> Void)?) throws(HostReadError)
+        -> [(name: String, target: Result<String?, HostReadError>)] {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let capacity = buffer.count - 1
-        return try entries(path, limit: Self.directoryEntryLimit, keeping: keeping) {
+        return try entries(path, limit: Self.directoryEntryLimit, keeping: keeping, opened: opened) {
             directory, name, type throws(HostReadError) -> Result<String?, HostReadError> in
             guard type == UInt8(DT_LNK) || type == UInt8(DT_UNKNOWN) else { return .success(nil) }
             log?.record(path + "/" + name)
@@ -387,7 +411,29 @@ package struct HostFileSystem: Sendable {
         }.map { ($0.name, $0.extra) }
     }
 
+    /// The names in a directory that `keeping` accepts, each with what `known` recognises from its status: the
+    /// entry's own, a link not followed, nothing opened. Nil where it recognised nothing or the status could not
+    /// be had: the caller then reads that file by its path as it would have. A known file counts against the
+    /// allowance as if read, up to `limit` bytes. One lookup of one name per file, where a status by path walks
+    /// the whole path again.
+    package func listKnown<Known>(_ path: String, keeping: ((String) -> Bool)?, limit: Int,
+                                  known: (FileIdentity) -> Known?) throws(HostReadError) -> [(name: String, known: Known?)] {
+        try entries(path, limit: Self.directoryEntryLimit, keeping: keeping) {
+            directory, name, type throws(HostReadError) -> Known? in
+            guard type == UInt8(DT_REG) || type == UInt8(DT_UNKNOWN) else { return nil }
+            log?.record(path + "/" + name)
+            try allowance?.check(path)
+            var raw = fingerly_file_status()
+            guard fingerly_status_entry(directory, name, &raw) == 0 else { return nil }
+            let status = FileStatus(raw)
+            guard status.isRegularFile, let found = known(status.identity) else { return nil }
+            allowance?.charge(Int(min(status.size, UInt64(limit))))
+            return found
+        }.map { ($0.name, $0.extra) }
+    }
+
     private func entries<Extra>(_ path: String, limit: Int, keeping: ((String) -> Bool)?,
+                                opened: ((Int32) throws(HostReadError) -> Void)? = nil,
                                 _ extra: (_ directory: Int32, _ name: String, _ type: UInt8) throws(HostReadError) -> Extra)
         throws(HostReadError) -> [(name: String, extra: Extra)] {
         log?.record(path)
@@ -398,19 +444,23 @@ package struct HostFileSystem: Sendable {
             throw HostReadError(path: path, systemError: error)
         }
         defer { closedir(directory) }
-        var found: [(name: String, extra: Extra)] = []
-        while found.count < limit, let entry = readdir(directory) {
+        try opened?(fd)
+        var names: [String] = []
+        var extras: [Extra] = []
+        while names.count < limit, let entry = readdir(directory) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
             }
             guard name != "." && name != "..", keeping?(name) ?? true else { continue }
-            found.append((name, try extra(fd, name, entry.pointee.d_type)))
+            extras.append(try extra(fd, name, entry.pointee.d_type))
+            names.append(name)
             // Names count against the probe's allowance like file contents do.
             allowance?.charge(name.utf8.count + 16)
-            if found.count % 256 == 0 { try allowance?.check(path) }
+            if names.count % 256 == 0 { try allowance?.check(path) }
         }
-        found.sort { $0.name < $1.name }
-        return found
+        // Sorted as indices into the names: a sort of the generic pairs themselves is not specialised and took
+        // more time than listing a directory of a few hundred names.
+        return names.indices.sorted { names[$0] < names[$1] }.map { (names[$0], extras[$0]) }
     }
 
     /// Whether anything exists at the path (without following a final symlink).
@@ -508,6 +558,14 @@ package struct FileIdentity: Sendable, Hashable {
         self.changedSeconds = changedSeconds
         self.changedNanoseconds = changedNanoseconds
     }
+}
+
+/// A directory's links as `listLinks(_:keeping:unless:)` lists them: its identity, the names left out as judged,
+/// and the others with their targets.
+package struct LinkListing {
+    package let identity: FileIdentity
+    package let judged: Set<String>
+    package let links: [(name: String, target: Result<String?, HostReadError>)]
 }
 
 /// A whole file read, or recognised from its identity and not read.

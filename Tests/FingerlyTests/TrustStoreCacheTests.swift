@@ -33,7 +33,8 @@ import Testing
             contents.withLock { $0 = bytes }
             saves.add(1, ordering: .relaxed)
         }
-        var cache: [FileIdentity: TrustStoreCache.Entry]? { contents.withLock { $0 }.flatMap(TrustStoreCache.parse) }
+        var cache: [FileIdentity: TrustStoreCache.Entry]? { parsed?.files }
+        var parsed: TrustStoreCache.Contents? { contents.withLock { $0 }.flatMap(TrustStoreCache.parse) }
     }
 
     struct Outcome: Equatable {
@@ -190,9 +191,10 @@ import Testing
         let text = String(decoding: valid, as: UTF8.self)
         let corrupt: [[UInt8]] = [
             [], Array("garbage".utf8), Array(valid.dropLast()), Array(valid.dropLast(6)),
-            Array(text.replacing("cache 1", with: "cache 2").utf8),
+            Array(text.replacing("cache 2", with: "cache 3").utf8),
             Array(text.replacing("F ", with: "F  ").utf8),
-            Array(text.replacing("end 2", with: "end 3").utf8),
+            Array(text.replacing("L ", with: "L  ").utf8),
+            Array(text.replacing("end 3", with: "end 4").utf8),
             Array(text.uppercased().utf8), [UInt8](repeating: 0xFF, count: 4096),
             valid + valid, Array(repeating: UInt8(ascii: "\n"), count: TrustStoreCache.byteLimit + 1),
         ]
@@ -214,17 +216,27 @@ import Testing
         let empty = FileIdentity(device: 1, inode: 1, size: 0, modifiedSeconds: 0, modifiedNanoseconds: 0,
                                  changedSeconds: 0, changedNanoseconds: 0)
         cache.remember(empty, fingerprints: [], scannedAllPackaged: false)
+        let directory = FileIdentity(device: 1, inode: 2, size: 4096, modifiedSeconds: 7, modifiedNanoseconds: 8,
+                                     changedSeconds: 9, changedNanoseconds: 10)
+        cache.rememberLinks(directory, names: ["ACCVRAIZ1.pem", "a b.pem", "-", "x/y.pem", "ok.pem"])
+        let none = FileIdentity(device: 1, inode: 3, size: 0, modifiedSeconds: 0, modifiedNanoseconds: 0,
+                                changedSeconds: 0, changedNanoseconds: 0)
+        cache.rememberLinks(none, names: [])
         let parsed = try #require(TrustStoreCache.parse(cache.serialized()))
-        #expect(parsed == cache.entries)
+        #expect(parsed == cache.contents && parsed.files.count == 2)
+        // Only names the line can hold: no space, no "/", not the empty list's "-".
+        #expect(parsed.directories[directory] == ["ACCVRAIZ1.pem", "ok.pem"] && parsed.directories[none] == [])
         let line = "S 2049 77 1234 -5 999999999 1800000000 0 \(fingerprint)"
         for loose in ["S 2049 077 1234 -5 999999999 1800000000 0 \(fingerprint)", "S 2049 77 1234 -0 0 0 0 -",
                       "S 2049 77 1234 -5 1000000000 1800000000 0 \(fingerprint)", "S 2049 77 +1 0 0 0 0 -",
                       "X 2049 77 1234 -5 0 0 0 -", "S 18446744073709551616 77 1 0 0 0 0 -", line + ",", line + " ",
-                      line + "\n" + line, "S 2049 77 1234 -5 0 0 0 " + String(fingerprint.dropLast()) + "G"] {
+                      line + "\n" + line, "S 2049 77 1234 -5 0 0 0 " + String(fingerprint.dropLast()) + "G",
+                      "L 1 2 3 4 5 6 7 a.pem//b.pem", "L 1 2 3 4 5 6 7 a.pem/a.pem", "L 1 2 3 4 5 6 7 ", "L 1 2 3 4 5 6 7",
+                      "L 1 2 3 4 5 6 7 a\u{7f}.pem", "L 1 2 3 4 5 6 7 -/a.pem"] {
             let file = "\(TrustStoreCache.header)\n\(loose)\nend 1\n"
             #expect(TrustStoreCache.parse(Array(file.utf8)) == nil, "\(loose)")
         }
-        #expect(TrustStoreCache.parse(Array("\(TrustStoreCache.header)\n\(line)\nend 1\n".utf8))?.count == 1)
+        #expect(TrustStoreCache.parse(Array("\(TrustStoreCache.header)\n\(line)\nend 1\n".utf8))?.files.count == 1)
     }
 
     /// Only packaged roots' fingerprints: no name, no path, nothing of a locally added root.
@@ -242,8 +254,34 @@ import Testing
         let text = String(decoding: try #require(storage.load()), as: UTF8.self)
         let local = try #require(try Certificates.fingerprints(ofPEM: Array(person.utf8)).fingerprints.first)
         let shipped = try #require(try Certificates.fingerprints(ofPEM: Array(packaged.utf8)).fingerprints.first)
-        #expect(!text.contains(local) && !text.contains("Roe") && !text.contains("/etc") && text.contains(shipped))
+        #expect(!text.contains(local) && !text.contains("Roe") && !text.contains("roe") && !text.contains("/etc")
+                && text.contains(shipped))
         #expect(try #require(storage.cache).count == 1)
+    }
+
+    /// A link cannot be changed in place: a directory that kept its identity kept its links, and the links to
+    /// packaged files it held are not read again. Any entry made or replaced changes the directory.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func linksToPackagedFilesAreKnownFromTheirDirectoryUntilItChanges() throws {
+        let (root, variants) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        let certificates = root + "/etc/ssl/certs"
+        #expect(symlink("/usr/share/ca-certificates/mozilla/a.crt", certificates + "/a.pem") == 0)
+        #expect(symlink("/usr/share/ca-certificates/mozilla/b.crt", certificates + "/b.pem") == 0)
+        let storage = MemoryStorage()
+        let first = try Self.runAgreeing(root, storage: storage)
+        #expect(first.signals["tls.local_roots"] == .strings([]))
+        let directory = try Self.identity(certificates)
+        #expect(storage.parsed?.directories[directory] == ["a.pem", "b.pem"])
+        #expect(try Self.runAgreeing(root, storage: storage) == first)
+
+        // The same name, now a link to a local root's file: the directory changed, so the link is read again.
+        try DeviceFixtures.write(variants[2], to: root + "/usr/local/share/ca-certificates/added.crt")
+        #expect(unlink(certificates + "/a.pem") == 0)
+        #expect(symlink("/usr/local/share/ca-certificates/added.crt", certificates + "/a.pem") == 0)
+        #expect(try Self.identity(certificates) != directory)
+        let changed = try Self.runAgreeing(root, storage: storage)
+        #expect(changed.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { 0 } } == 1)
+        #expect(storage.parsed?.directories[try Self.identity(certificates)] == ["b.pem"])
     }
 
     // MARK: the file in the state directory

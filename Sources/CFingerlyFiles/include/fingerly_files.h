@@ -49,4 +49,8 @@ int fingerly_status_fd(int fd, fingerly_file_status *out);
 /// The status of what an absolute path of the live host names, its final link followed. Returns 0, or -errno.
 int fingerly_status_path(const char *path, fingerly_file_status *out);
 
+/// The status of one entry of an open directory, a final link not followed. `name` is one path
+/// component: a name holding "/" is refused with -EINVAL. Returns 0, or -errno.
+int fingerly_status_entry(int directory, const char *name, fingerly_file_status *out);
+
 #endif

@@ -24,8 +24,9 @@ extension TrustStoreCacheStorage {
 /// What the trust-store probe derived from each certificate file it read, by the file's identity
 /// (device, inode, size, modification and change times), so that an unchanged file is neither
 /// read nor parsed again. Only SHA-256 fingerprints of certificates are kept, and only of the
-/// distribution's packaged roots and of trusted files whose every certificate is one of them:
-/// no name, no path, nothing of a locally added root.
+/// distribution's packaged roots and of trusted files whose every certificate is one of them;
+/// and, by a directory's identity, the names in it that are links to packaged files: no name of
+/// anything else, no path, nothing of a locally added root.
 ///
 /// The file is written by this user into a directory nobody else may write, but it is read back
 /// as untrusted input all the same: one malformed byte and the whole cache is ignored (and
@@ -37,10 +38,12 @@ extension TrustStoreCacheStorage {
 package final class TrustStoreCache {
     /// How old a file's change time must be before what was read from it is kept.
     package static let settlingSeconds: Int64 = 2
-    package static let header = "fingerly trust-store cache 1"
+    package static let header = "fingerly trust-store cache 2"
     package static let byteLimit = 2 * 1024 * 1024
     package static let entryLimit = 4_096
     package static let fingerprintLimit = 16_384
+    /// Link names kept, over all directories.
+    package static let linkNameLimit = 4_096
 
     package struct Entry: Sendable, Hashable {
         package let fingerprints: [String]
@@ -54,21 +57,32 @@ package final class TrustStoreCache {
         }
     }
 
-    private let loaded: [FileIdentity: Entry]
+    /// What one cache file holds: files by identity, and directories by identity with the names in them
+    /// that are links to packaged files.
+    package struct Contents: Equatable {
+        package var files: [FileIdentity: Entry] = [:]
+        package var directories: [FileIdentity: Set<String>] = [:]
+        package init() {}
+        var lines: Int { files.count + directories.count }
+    }
+
+    private let loaded: Contents
     /// What this run used or learned: the next file, so that files gone from the host leave it.
-    private var kept: [FileIdentity: Entry] = [:]
+    private var kept = Contents()
     private var keptFingerprints = 0
+    private var keptLinkNames = 0
     /// Files changed at or after this second are not kept.
     private let unsettledFrom: Int64
 
     /// A cache from the file's bytes; nil or malformed bytes give an empty one. `now`: the
     /// wall clock's seconds.
     package init(contents: [UInt8]?, now: Int64) {
-        loaded = contents.flatMap(Self.parse) ?? [:]
+        loaded = contents.flatMap(Self.parse) ?? Contents()
         unsettledFrom = now - Self.settlingSeconds
     }
 
-    package var entries: [FileIdentity: Entry] { kept }
+    package var entries: [FileIdentity: Entry] { kept.files }
+    package var contents: Contents { kept }
     package var needsSaving: Bool { kept != loaded }
 
     /// The fingerprints of a file read before, as `Certificates.fingerprints(ofPEM:)` gave them.
@@ -89,109 +103,187 @@ package final class TrustStoreCache {
 
     package func remember(_ identity: FileIdentity, fingerprints: [String], scannedAllPackaged: Bool) {
         guard identity.changedSeconds < unsettledFrom else { return }
-        let earlier = kept[identity]?.scannedAllPackaged ?? false
+        let earlier = kept.files[identity]?.scannedAllPackaged ?? false
         keep(identity, Entry(fingerprints: fingerprints, scannedAllPackaged: scannedAllPackaged || earlier))
     }
 
-    private func lookUp(_ identity: FileIdentity) -> Entry? { kept[identity] ?? loaded[identity] }
+    /// The names a directory of this identity held that were links to packaged files.
+    package func packagedLinks(of identity: FileIdentity) -> Set<String>? {
+        guard let names = kept.directories[identity] ?? loaded.directories[identity] else { return nil }
+        keep(identity, links: names)
+        return names
+    }
+
+    /// Only names the file can hold are kept (printable ASCII without space or "/", not "-"); any other is
+    /// left out, and so read again each run.
+    package func rememberLinks(_ identity: FileIdentity, names: Set<String>) {
+        guard identity.changedSeconds < unsettledFrom else { return }
+        keep(identity, links: names.filter { Self.isKeepableName($0.utf8) })
+    }
+
+    private func lookUp(_ identity: FileIdentity) -> Entry? { kept.files[identity] ?? loaded.files[identity] }
 
     /// Within the limits the parser accepts, so a file this writes is always one it reads back.
     private func keep(_ identity: FileIdentity, _ entry: Entry) {
-        let before = kept[identity]?.fingerprints.count
+        let before = kept.files[identity]?.fingerprints.count
         let total = keptFingerprints - (before ?? 0) + entry.fingerprints.count
         guard entry.fingerprints.count <= Certificates.defaultLimit, total <= Self.fingerprintLimit,
-              before != nil || kept.count < Self.entryLimit else { return }
-        kept[identity] = entry
+              before != nil || kept.lines < Self.entryLimit, kept.directories[identity] == nil else { return }
+        kept.files[identity] = entry
         keptFingerprints = total
     }
 
+    private func keep(_ identity: FileIdentity, links names: Set<String>) {
+        let before = kept.directories[identity]?.count
+        let total = keptLinkNames - (before ?? 0) + names.count
+        guard total <= Self.linkNameLimit, before != nil || kept.lines < Self.entryLimit,
+              kept.files[identity] == nil else { return }
+        kept.directories[identity] = names
+        keptLinkNames = total
+    }
+
+    private static func isKeepableName(_ name: some Collection<UInt8>) -> Bool {
+        (1...255).contains(name.count) && !name.elementsEqual("-".utf8)
+            && name.allSatisfy { (0x21...0x7e).contains($0) && $0 != UInt8(ascii: "/") }
+    }
+
     /// The file: the header, one line per file ("S" or "F", the seven identity numbers, the
-    /// fingerprints joined by commas or "-" for none), and "end" with the number of lines, so a
-    /// file cut short is told from a whole one.
+    /// fingerprints joined by commas or "-" for none) and per directory ("L", the seven numbers, the
+    /// link names joined by "/" or "-" for none), and "end" with the number of lines, so a file cut
+    /// short is told from a whole one.
     package func serialized() -> [UInt8] {
         var text = Self.header + "\n"
-        let ordered = kept.sorted { ($0.key.device, $0.key.inode) < ($1.key.device, $1.key.inode) }
-        for (identity, entry) in ordered {
+        func line(_ kind: String, _ identity: FileIdentity, _ list: [String], separator: String) {
             let numbers = [String(identity.device), String(identity.inode), String(identity.size),
                            String(identity.modifiedSeconds), String(identity.modifiedNanoseconds),
                            String(identity.changedSeconds), String(identity.changedNanoseconds)]
-            let list = entry.fingerprints.isEmpty ? "-" : entry.fingerprints.joined(separator: ",")
-            text += (entry.scannedAllPackaged ? "S " : "F ") + numbers.joined(separator: " ") + " " + list + "\n"
+            text += kind + " " + numbers.joined(separator: " ") + " "
+                + (list.isEmpty ? "-" : list.joined(separator: separator)) + "\n"
         }
-        text += "end \(ordered.count)\n"
+        let inOrder: (FileIdentity, FileIdentity) -> Bool = { ($0.device, $0.inode) < ($1.device, $1.inode) }
+        for identity in kept.files.keys.sorted(by: inOrder) {
+            guard let entry = kept.files[identity] else { continue }
+            line(entry.scannedAllPackaged ? "S" : "F", identity, entry.fingerprints, separator: ",")
+        }
+        for identity in kept.directories.keys.sorted(by: inOrder) {
+            line("L", identity, (kept.directories[identity] ?? []).sorted(), separator: "/")
+        }
+        text += "end \(kept.lines)\n"
         return Array(text.utf8)
     }
 
-    /// The entries of a cache file, or nil when anything in it is not exactly what `serialized`
-    /// writes.
-    package static func parse(_ bytes: [UInt8]) -> [FileIdentity: Entry]? {
+    /// The contents of a cache file, or nil when anything in it is not exactly what `serialized`
+    /// writes. One pass over the bytes: it is read on every run.
+    package static func parse(_ bytes: [UInt8]) -> Contents? {
         guard bytes.count <= byteLimit, bytes.last == UInt8(ascii: "\n") else { return nil }
-        let lines = bytes.dropLast().split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
-        guard lines.count >= 2, lines.count - 2 <= entryLimit, lines.first?.elementsEqual(header.utf8) == true,
-              let last = lines.last, last.starts(with: "end ".utf8),
-              let count = unsigned(last.dropFirst(4)), count == UInt64(lines.count - 2) else { return nil }
-        var entries: [FileIdentity: Entry] = [:]
-        var fingerprintTotal = 0
-        for line in lines.dropFirst().dropLast() {
-            let fields = line.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
-            guard fields.count == 9, fields[0].count == 1 else { return nil }
-            let scanned: Bool
-            switch fields[0].first {
-            case UInt8(ascii: "S"): scanned = true
-            case UInt8(ascii: "F"): scanned = false
-            default: return nil
-            }
-            guard let device = unsigned(fields[1]), let inode = unsigned(fields[2]), let size = unsigned(fields[3]),
-                  let modified = signed(fields[4]), let modifiedNanoseconds = nanoseconds(fields[5]),
-                  let changed = signed(fields[6]), let changedNanoseconds = nanoseconds(fields[7]) else { return nil }
-            var fingerprints: [String] = []
-            if !fields[8].elementsEqual("-".utf8) {
-                for item in fields[8].split(separator: UInt8(ascii: ","), omittingEmptySubsequences: false) {
-                    let isHex = item.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
-                    guard item.count == 64, isHex else { return nil }
-                    fingerprints.append(String(decoding: item, as: UTF8.self))
+        return bytes.withUnsafeBufferPointer { buffer -> Contents? in
+            var reader = LineReader(bytes: buffer)
+            guard reader.take(header.utf8), reader.take(UInt8(ascii: "\n")) else { return nil }
+            var contents = Contents()
+            var fingerprintTotal = 0, nameTotal = 0
+            while !reader.take("end ".utf8) {
+                guard contents.lines < entryLimit, let kind = reader.byte(), reader.take(UInt8(ascii: " ")) else {
+                    return nil
+                }
+                var numbers: [UInt64] = []
+                var signs: [Bool] = []
+                for field in 0..<7 {
+                    // The two seconds fields (3 and 5) may be negative; the others are unsigned.
+                    let negative = (field == 3 || field == 5) && reader.take(UInt8(ascii: "-"))
+                    guard let value = reader.unsigned(), reader.take(UInt8(ascii: " ")),
+                          !negative || (value != 0 && value <= UInt64(Int64.max)) else { return nil }
+                    numbers.append(value)
+                    signs.append(negative)
+                }
+                guard numbers[3] <= UInt64(Int64.max), numbers[5] <= UInt64(Int64.max),
+                      numbers[4] < 1_000_000_000, numbers[6] < 1_000_000_000 else { return nil }
+                let identity = FileIdentity(
+                    device: numbers[0], inode: numbers[1], size: numbers[2],
+                    modifiedSeconds: signs[3] ? -Int64(numbers[3]) : Int64(numbers[3]), modifiedNanoseconds: UInt32(numbers[4]),
+                    changedSeconds: signs[5] ? -Int64(numbers[5]) : Int64(numbers[5]), changedNanoseconds: UInt32(numbers[6]))
+                guard contents.files[identity] == nil, contents.directories[identity] == nil,
+                      let list = reader.list(separator: kind == UInt8(ascii: "L") ? UInt8(ascii: "/") : UInt8(ascii: ","))
+                else { return nil }
+                switch kind {
+                case UInt8(ascii: "S"), UInt8(ascii: "F"):
+                    var fingerprints: [String] = []
+                    for item in list {
+                        let isHex = item.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+                        guard item.count == 64, isHex else { return nil }
+                        fingerprints.append(String(decoding: item, as: UTF8.self))
+                    }
+                    fingerprintTotal += fingerprints.count
+                    guard fingerprints.count <= Certificates.defaultLimit, fingerprintTotal <= fingerprintLimit else {
+                        return nil
+                    }
+                    contents.files[identity] = Entry(fingerprints: fingerprints, scannedAllPackaged: kind == UInt8(ascii: "S"))
+                case UInt8(ascii: "L"):
+                    var names: Set<String> = []
+                    for item in list {
+                        guard isKeepableName(item), names.insert(String(decoding: item, as: UTF8.self)).inserted else {
+                            return nil
+                        }
+                    }
+                    nameTotal += names.count
+                    guard nameTotal <= linkNameLimit else { return nil }
+                    contents.directories[identity] = names
+                default: return nil
                 }
             }
-            fingerprintTotal += fingerprints.count
-            guard fingerprints.count <= Certificates.defaultLimit, fingerprintTotal <= fingerprintLimit else {
-                return nil
+            guard let count = reader.unsigned(), count == UInt64(contents.lines), reader.take(UInt8(ascii: "\n")),
+                  reader.atEnd else { return nil }
+            return contents
+        }
+    }
+
+    /// A cursor over the cache file's bytes.
+    private struct LineReader {
+        let bytes: UnsafeBufferPointer<UInt8>
+        var index = 0
+
+        var atEnd: Bool { index == bytes.count }
+
+        mutating func byte() -> UInt8? {
+            guard index < bytes.count else { return nil }
+            defer { index += 1 }
+            return bytes[index]
+        }
+
+        mutating func take(_ byte: UInt8) -> Bool {
+            guard index < bytes.count, bytes[index] == byte else { return false }
+            index += 1
+            return true
+        }
+
+        mutating func take(_ text: String.UTF8View) -> Bool {
+            guard bytes.count - index >= text.count,
+                  UnsafeBufferPointer(rebasing: bytes[index..<(index + text.count)]).elementsEqual(text) else { return false }
+            index += text.count
+            return true
+        }
+
+        /// Decimal digits as `String(_:)` writes them: no sign, no leading zero, at most 20 digits.
+        mutating func unsigned() -> UInt64? {
+            let start = index
+            var value: UInt64 = 0
+            while index < bytes.count, (48...57).contains(bytes[index]) {
+                let (shifted, over) = value.multipliedReportingOverflow(by: 10)
+                let (sum, carry) = shifted.addingReportingOverflow(UInt64(bytes[index] - 48))
+                guard !over, !carry else { return nil }
+                value = sum
+                index += 1
             }
-            let identity = FileIdentity(device: device, inode: inode, size: size, modifiedSeconds: modified,
-                                        modifiedNanoseconds: modifiedNanoseconds, changedSeconds: changed,
-                                        changedNanoseconds: changedNanoseconds)
-            guard entries.updateValue(Entry(fingerprints: fingerprints, scannedAllPackaged: scanned),
-                                      forKey: identity) == nil else { return nil }
+            let digits = index - start
+            guard (1...20).contains(digits), digits == 1 || bytes[start] != UInt8(ascii: "0") else { return nil }
+            return value
         }
-        return entries
-    }
 
-    /// Decimal digits as `String(_:)` writes them: no sign, no leading zero, at most 20 digits.
-    private static func unsigned(_ digits: ArraySlice<UInt8>) -> UInt64? {
-        guard (1...20).contains(digits.count), digits.allSatisfy({ (48...57).contains($0) }),
-              digits.count == 1 || digits.first != UInt8(ascii: "0") else { return nil }
-        var value: UInt64 = 0
-        for digit in digits {
-            let (shifted, over) = value.multipliedReportingOverflow(by: 10)
-            let (sum, carry) = shifted.addingReportingOverflow(UInt64(digit - 48))
-            guard !over, !carry else { return nil }
-            value = sum
+        /// The items of the rest of the line, which ends it: none for "-"; nil for an empty rest.
+        mutating func list(separator: UInt8) -> [Slice<UnsafeBufferPointer<UInt8>>]? {
+            guard let end = bytes[index...].firstIndex(of: UInt8(ascii: "\n")), end > index else { return nil }
+            let rest = bytes[index..<end]
+            index = end + 1
+            return rest.elementsEqual("-".utf8) ? [] : rest.split(separator: separator, omittingEmptySubsequences: false)
         }
-        return value
-    }
-
-    private static func signed(_ text: ArraySlice<UInt8>) -> Int64? {
-        if text.first == UInt8(ascii: "-") {
-            guard let magnitude = unsigned(text.dropFirst()), magnitude != 0, magnitude <= UInt64(Int64.max) else {
-                return nil
-            }
-            return -Int64(magnitude)
-        }
-        guard let value = unsigned(text), value <= UInt64(Int64.max) else { return nil }
-        return Int64(value)
-    }
-
-    private static func nanoseconds(_ text: ArraySlice<UInt8>) -> UInt32? {
-        guard let value = unsigned(text), value < 1_000_000_000 else { return nil }
-        return UInt32(value)
     }
 }

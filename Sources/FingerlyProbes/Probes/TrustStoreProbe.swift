@@ -78,8 +78,17 @@ package struct TrustStore {
         }
 
         var packaged: Set<String> = []
-        for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(Self.packaged) }) ?? [] where name.hasSuffix(".crt") {
-            packaged.formUnion(try packagedFingerprints(Self.packaged + "/" + name))
+        // With a cache, each file is first recognised by its status within the listed directory: most are known.
+        let packagedFiles = context.attemptIfPresent { () throws(HostReadError) -> [(name: String, known: [String]?)] in
+            guard let cache else { return try host.listDirectory(Self.packaged).map { ($0, nil) } }
+            return try host.listKnown(Self.packaged, keeping: { $0.hasSuffix(".crt") }, limit: Self.fileLimit) {
+                cache.fingerprints(of: $0)
+            }
+        }
+        for (name, known) in packagedFiles ?? [] where name.hasSuffix(".crt") {
+            if let known { packaged.formUnion(known) } else {
+                packaged.formUnion(try packagedFingerprints(Self.packaged + "/" + name))
+            }
         }
         var local: Set<String> = []
         func addLocal(_ directory: String, depth: Int) throws(ProbeFailure) {
@@ -93,8 +102,11 @@ package struct TrustStore {
         try addLocal(Self.localDirectory, depth: 0)
         var configured: Set<String> = []
         if let text = context.attemptIfPresent({ () throws(HostReadError) in try host.readText(Self.configuration) }) {
-            for line in text.split(separator: "\n").map({ $0.trimmingWhitespace() })
-            where !line.isEmpty && !line.hasPrefix("#") && !line.hasPrefix("!") && !line.hasPrefix("mozilla/") {
+            // Split as bytes, and the packaged roots' lines (nearly all) passed over before anything is made of them:
+            // splitting the text by characters cost more than the rest of the file's handling.
+            for raw in text.utf8.split(separator: UInt8(ascii: "\n")) where !raw.starts(with: "mozilla/".utf8) {
+                let line = Substring(raw).trimmingWhitespace()
+                guard !line.isEmpty && !line.hasPrefix("#") && !line.hasPrefix("!") && !line.hasPrefix("mozilla/") else { continue }
                 configured.formUnion(try fingerprints("/usr/share/ca-certificates/" + line))
             }
         }
@@ -102,20 +114,34 @@ package struct TrustStore {
         // What is trusted: the bundle, and every *.pem beside it that is not a link to a shipped file.
         // Listed first, read one at a time below: only one file's bytes are held at once, and the bundle's.
         var sources = [Self.bundle]
-        let listed = context.attemptIfPresent { () throws(HostReadError) in
-            try host.listLinks(Self.certificateDirectory) { $0.hasSuffix(".pem") }
+        // With a cache, the links to packaged files a directory of this identity held are not read again.
+        var listing: LinkListing?
+        let links: [(name: String, target: Result<String?, HostReadError>)]?
+        if let cache {
+            listing = context.attemptIfPresent { () throws(HostReadError) in
+                try host.listLinks(Self.certificateDirectory, keeping: { $0.hasSuffix(".pem") }) { cache.packagedLinks(of: $0) }
+            }
+            links = listing?.links
+        } else {
+            links = context.attemptIfPresent { () throws(HostReadError) in
+                try host.listLinks(Self.certificateDirectory) { $0.hasSuffix(".pem") }
+            }
         }
-        for (name, target) in listed ?? [] {
+        var packagedLinks = listing?.judged ?? []
+        for (name, target) in links ?? [] {
             switch target {
             // A target that climbs with ".." can leave the packaged directory whatever it starts with.
             case .success(let target?) where target.hasPrefix(Self.packaged + "/")
-                && !target.split(separator: "/").contains(".."): continue
+                && !target.split(separator: "/").contains(".."):
+                packagedLinks.insert(name)
+                continue
             case .success: break
             // A link that could not be read is read as a file: it may hold anything.
             case .failure(let error): context.record(error)
             }
             sources.append(Self.certificateDirectory + "/" + name)
         }
+        if let cache, let listing { cache.rememberLinks(listing.identity, names: packagedLinks) }
 
         var seen: Set<String> = []
         var roots: [LocalRoot] = []
