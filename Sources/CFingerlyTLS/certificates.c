@@ -71,7 +71,7 @@ struct block {
     /// The subject's first common name in canonical form, worked out on first use: what decides which shipped
     /// subjects are worth decoding, at a fraction of a decode's cost.
     enum common_name_state state;
-    unsigned char common_name[256];
+    unsigned char common_name[FINGERLY_COMMON_NAME_SIZE];
     size_t common_name_length;
 };
 
@@ -232,6 +232,16 @@ static enum common_name_state first_common_name(const unsigned char *der, long d
         }
     }
     return common_name_absent;
+}
+
+int fingerly_first_common_name(const unsigned char *der, size_t length, unsigned char *out, size_t *written) {
+    *written = 0;
+    if (length > LONG_MAX) return -1;
+    switch (first_common_name(der, (long)length, out, FINGERLY_COMMON_NAME_SIZE, written)) {
+    case common_name_found: return 1;
+    case common_name_absent: return 0;
+    default: return -1;
+    }
 }
 
 static void read_common_name(struct block *block) {

@@ -21,6 +21,16 @@ package struct CertificateDescription: Sendable, Hashable {
 
     package var hasTruncatedName: Bool { subjectTruncated || issuerTruncated }
 
+    package init(fingerprint: String, pin: String, subject: String, issuer: String, subjectTruncated: Bool,
+                 issuerTruncated: Bool) {
+        self.fingerprint = fingerprint
+        self.pin = pin
+        self.subject = subject
+        self.issuer = issuer
+        self.subjectTruncated = subjectTruncated
+        self.issuerTruncated = issuerTruncated
+    }
+
     init(_ raw: fingerly_certificate) {
         var raw = raw
         fingerprint = text { fingerly_fingerprint_text(&raw.fingerprint, $0) }
@@ -137,6 +147,7 @@ package enum Certificates {
                 return TrustedCertificateScan(packagedCount: blocks.count, local: [], localFound: 0,
                                               fingerprints: fingerprints)
             }
+            if let plain = plainScan(blocks, fingerprints: fingerprints, packaged: packaged, limit: limit) { return plain }
             if let problem = libcryptoProblem() { throw .libcryptoUnavailable(problem) }
             let capacity = min(limit, blocks.count)
             var scan = fingerly_trust_scan()
@@ -155,6 +166,13 @@ package enum Certificates {
             guard result == 0 else { throw .system(SystemError(-result)) }
             return TrustedCertificateScan(scan, local: local, fingerprints: nil)
         }
+        return try libcryptoScanTrusted(pem: pem, packagedFingerprints: packagedFingerprints, limit: limit)
+    }
+
+    /// `scanTrusted(pem:packagedFingerprints:limit:)` as libcrypto reads and describes the text, whatever its form.
+    package static func libcryptoScanTrusted(pem: [UInt8], packagedFingerprints: Set<String>,
+                                             limit: Int = defaultLimit) throws(CertificateReadError) -> TrustedCertificateScan {
+        let limit = max(limit, 0)
         if let problem = libcryptoProblem() { throw .libcryptoUnavailable(problem) }
         let capacity = min(limit, pemBlockBound(pem))
         // Sorted fixed-size entries for the C side's binary search; anything that is not a
@@ -180,6 +198,33 @@ package enum Certificates {
         }
         guard result == 0 else { throw .system(SystemError(-result)) }
         return TrustedCertificateScan(scan, local: local, fingerprints: nil)
+    }
+
+    /// The scan libcrypto's would give, without it: when every local certificate to describe is a
+    /// `PlainCertificate` and no packaged one in the text may share its subject (their first common names differ).
+    /// Nil sends the whole text to libcrypto.
+    static func plainScan(_ blocks: CanonicalPEM.Blocks, fingerprints: [String], packaged: [Bool],
+                          limit: Int) -> TrustedCertificateScan? {
+        let localIndices = packaged.indices.filter { !packaged[$0] }
+        let described = localIndices.prefix(limit)
+        var local: [LocalCertificate] = []
+        var localNames: Set<FirstCommonName> = []
+        for index in described {
+            guard let certificate = PlainCertificate(der: blocks.block(index)) else { return nil }
+            let name = FirstCommonName(of: blocks.block(index))
+            guard name != .unknown else { return nil }
+            local.append(LocalCertificate(certificate: certificate.description(fingerprint: fingerprints[index]),
+                                          impersonatesPackaged: false))
+            localNames.insert(name)
+        }
+        if !localNames.isEmpty {
+            for index in packaged.indices where packaged[index] {
+                let name = FirstCommonName(of: blocks.block(index))
+                if name == .unknown || localNames.contains(name) { return nil }
+            }
+        }
+        return TrustedCertificateScan(packagedCount: packaged.count - localIndices.count, local: local,
+                                      localFound: localIndices.count, fingerprints: nil)
     }
 
     /// SHA-256 of a certificate's DER, as the C side writes it.

@@ -90,17 +90,26 @@ import Testing
             #expect(run.standardError.contains("calling init:"), "\(name): no loader trace")
             #expect(!Self.loadsLibcrypto(run), "\(name) loaded libcrypto")
         }
-        // The trust-store probe hashes packaged roots itself and opens libcrypto to describe a local one.
+        // The trust-store probe hashes packaged roots itself and describes a local root written the plain way; it
+        // opens libcrypto for one that may share a packaged root's name (there, a variant of it) or is not plain.
         let packagedOnly = try TrustStoreCacheTests.trustTree(bundleHoldsLocalRoot: false).root
         let withLocalRoot = try TrustStoreCacheTests.trustTree(bundleHoldsLocalRoot: true).root
-        for (root, loads) in [(packagedOnly, false), (withLocalRoot, true)] {
+        let shipped = try PlainCertificateTests.made(subject: "/CN=Shipped Root")
+        func tree(local: String) throws -> String {
+            try ShimOverflowTests.tree(["/usr/share/ca-certificates/mozilla/shipped.crt": shipped,
+                                        "/etc/ssl/certs/ca-certificates.crt": shipped + local])
+        }
+        let plainLocalRoot = try tree(local: try PlainCertificateTests.made(subject: "/CN=Household Root/O=Home"))
+        let otherLocalRoot = try tree(local: try PlainCertificateTests.made(subject: "/CN=Stammzertifikat Müller"))
+        for (root, loads, locals) in [(packagedOnly, false, 0), (withLocalRoot, true, 1), (plainLocalRoot, false, 1),
+                                      (otherLocalRoot, true, 1)] {
             let fullDryRun = try LazyHTTPClientLoadingTests.runTracedCLI(["--no-submit", "--json", "--root", root],
                                                                          state: state, apiKey: TestKeys.standard)
             #expect(fullDryRun.status == 0, "\(fullDryRun.standardError.suffix(2000))")
             #expect(Self.loadsLibcrypto(fullDryRun) == loads, "\(root): libcrypto loaded: \(!loads)")
             let trustStore = try fullDryRun.identifyResult().report.probe("trust-store")
             #expect(trustStore.status == .ok, "\(trustStore.status): \(trustStore.detail ?? "")")
-            #expect(trustStore.signals["tls.local_roots"]?.strings?.count == (loads ? 1 : 0), "\(trustStore.signals)")
+            #expect(trustStore.signals["tls.local_roots"]?.strings?.count == locals, "\(trustStore.signals)")
         }
         // The local mode signs its request with the device key: Ed25519 is libcrypto's.
         let local = try LazyHTTPClientLoadingTests.runTracedCLI(["--tiers", "fast", "--json"], state: state, apiKey: nil)

@@ -185,7 +185,8 @@ enum Harnesses {
 
     /// Up to the first NUL: a certificate file shipped by the distribution; the rest: the trusted bundle.
     /// Whatever the Swift reader of canonical PEM accepts, libcrypto must read alike: a block it did not see would
-    /// be a root trusted unexamined. Then the whole store, shipped file and bundle, through the probe.
+    /// be a root trusted unexamined. Every local root libcrypto describes, the scan describes alike (it may describe
+    /// more: one libcrypto cannot decode, never fewer). Then the whole store, shipped file and bundle, through the probe.
     static func pem(_ bytes: [UInt8]) {
         let split = bytes.firstIndex(of: 0)
         let shipped = split.map { Array(bytes[..<$0]) } ?? []
@@ -193,6 +194,19 @@ enum Harnesses {
         for text in [shipped, bundle] where CanonicalPEM.certificateBlocks(text) != nil {
             precondition((try? Certificates.fingerprints(ofPEM: text)) == (try? Certificates.libcryptoFingerprints(ofPEM: text)),
                          "canonical PEM read otherwise than libcrypto reads it")
+            let packaged = Set((try? Certificates.fingerprints(ofPEM: shipped))?.fingerprints ?? [])
+            if let scanned = try? Certificates.scanTrusted(pem: text, packagedFingerprints: packaged, limit: 8),
+               let libcrypto = try? Certificates.libcryptoScanTrusted(pem: text, packagedFingerprints: packaged, limit: 8) {
+                var remaining = scanned.local[...]
+                for local in libcrypto.local {
+                    guard let found = remaining.firstIndex(of: local) else {
+                        preconditionFailure("a local root described otherwise than libcrypto describes it, or not at all")
+                    }
+                    remaining = remaining[(found + 1)...]
+                }
+                precondition(scanned.packagedCount == libcrypto.packagedCount && scanned.localFound >= libcrypto.localFound,
+                             "certificates counted otherwise than libcrypto counts them")
+            }
         }
         root.write(TrustStore.packaged + "/fuzz.crt", shipped)
         root.write(TrustStore.bundle, bundle)

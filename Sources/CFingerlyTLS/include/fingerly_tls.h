@@ -86,6 +86,14 @@ typedef struct {
 int fingerly_describe_trusted_blocks(const fingerly_certificate_block *blocks, size_t count,
                                      fingerly_local_certificate *local, size_t capacity, fingerly_trust_scan *scan);
 
+/// The capacity fingerly_first_common_name needs: a longer common name is one the walk cannot say.
+enum { FINGERLY_COMMON_NAME_SIZE = 256 };
+
+/// The first common name of a certificate's subject in the canonical form the impersonation check compares
+/// (no libcrypto): 1 with its `*written` bytes in `out` (FINGERLY_COMMON_NAME_SIZE), 0 when the subject has
+/// none, -1 when the walk cannot say. Two subjects X509_NAME_cmp finds equal have equal answers, or one is -1.
+int fingerly_first_common_name(const unsigned char *der, size_t length, unsigned char *out, size_t *written);
+
 /// What fingerly_tls_pin_check found.
 enum fingerly_pin_outcome {
     /// A chain of verified signatures runs from the leaf, valid for the host, up to a pinned key.
