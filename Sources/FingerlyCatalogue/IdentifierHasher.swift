@@ -90,7 +90,7 @@ package struct IdentifierHasher: Sendable {
     package func personal(_ text: String) -> String {
         switch freeText {
         case .keep: return text
-        case .fingerprint: return "fp:" + hash("fingerly-free-text-v1\n" + text).prefix(16)
+        case .fingerprint: return "fp:" + String(hash("fingerly-free-text-v1\n" + text).prefix(16))
         }
     }
 }

@@ -1,5 +1,4 @@
 import CFingerlyTLS
-import FoundationEssentials
 
 /// A certificate described without libcrypto, as libcrypto would describe it, when it is written the plain way:
 /// DER throughout, names of single-valued RDNs whose attributes are common ones, in PrintableString, UTF8String
@@ -52,7 +51,7 @@ package struct PlainCertificate: Equatable {
         guard fields.atEnd else { return nil }
         self.subject = subject
         self.issuer = issuer
-        pin = Data(SHA256.hash(keyInfo.whole)).base64EncodedString()
+        pin = StrictBase64.encode(SHA256.hash(keyInfo.whole))
     }
 
     /// The description libcrypto's scan gives, its fixed-size fields' cut included.
@@ -81,7 +80,13 @@ package struct PlainCertificate: Equatable {
             else { return nil }
             parts.append(field + "=" + escaped(value))
         }
-        return parts.reversed().joined(separator: ",")
+        // Joined by hand, last first: a joined reversed view costs a generic-metadata lookup at run time.
+        var text = ""
+        for index in parts.indices.reversed() {
+            text += parts[index]
+            if index != parts.startIndex { text += "," }
+        }
+        return text
     }
 
     static func escaped(_ value: ArraySlice<UInt8>) -> String {

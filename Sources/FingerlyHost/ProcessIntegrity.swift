@@ -145,23 +145,20 @@ package enum ProcessIntegrity {
     package static var ownObjectStart: UInt { fingerly_own_object_start() }
 
     private static func slots(_ walk: (UnsafeMutablePointer<fingerly_redirected_slot>?, Int) -> Int) -> (slots: [RedirectedSlot], found: Int)? {
-        var found = 0
-        let slots = [fingerly_redirected_slot](unsafeUninitializedCapacity: redirectedSlotLimit) { buffer, written in
-            let count = walk(buffer.baseAddress, buffer.count)
-            found = count
-            written = count > 0 ? min(count, buffer.count) : 0
-        }
+        // A buffer, not an array of the C type: the array's metadata is looked up by name at run time, a search of
+        // every type the binary holds.
+        let entries = UnsafeMutablePointer<fingerly_redirected_slot>.allocate(capacity: redirectedSlotLimit)
+        defer { entries.deallocate() }
+        let found = walk(entries, redirectedSlotLimit)
         if found == tooManyObjects { return ([], tooManyObjects) }
         guard found >= 0 else { return nil }
-        let redirected = slots.withUnsafeBufferPointer { entries in
-            entries.indices.map { index in
-                let slot = entries.baseAddress! + index
-                let object = text { fingerly_redirected_slot_object(slot, $0) }
-                return RedirectedSlot(symbol: text { fingerly_redirected_slot_symbol(slot, $0) },
-                                      object: object.isEmpty ? "[main]" : object,
-                                      target: text { fingerly_redirected_slot_target(slot, $0) },
-                                      ownerStart: slot.pointee.owner_start, targetStart: slot.pointee.target_start)
-            }
+        let redirected = (0..<min(found, redirectedSlotLimit)).map { index in
+            let slot = entries + index
+            let object = text { fingerly_redirected_slot_object(slot, $0) }
+            return RedirectedSlot(symbol: text { fingerly_redirected_slot_symbol(slot, $0) },
+                                  object: object.isEmpty ? "[main]" : object,
+                                  target: text { fingerly_redirected_slot_target(slot, $0) },
+                                  ownerStart: slot.pointee.owner_start, targetStart: slot.pointee.target_start)
         }
         return (redirected, found)
     }

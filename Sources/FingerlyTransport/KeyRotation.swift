@@ -1,3 +1,5 @@
+import FingerlyHost
+
 /// A device-key rotation: the old key's signature over the new key's id, sent as the
 /// `Fingerly-Key-Rotation` field of a request signed by the new key (docs/api.md). It is how a
 /// new key joins a visitor bound to the old one; a new key that merely shows up never does.

@@ -1,3 +1,5 @@
+import FingerlyHost
+
 /// The header fields that sign one attempt of a request (HTTP Message Signatures, RFC 9421).
 package struct RequestSignatureFields: Sendable, Hashable {
     /// `Content-Digest`: `sha-256=:…:` (RFC 9530).

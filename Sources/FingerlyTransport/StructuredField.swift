@@ -1,3 +1,5 @@
+import FingerlyHost
+
 /// The RFC 8941 (Structured Field Values) grammar for the fields the wire contract reads: an item
 /// (`Idempotency-Key`) and a dictionary (`Content-Digest`). Every construct is parsed, so a value a
 /// conforming sender may write (parameters, inner lists, unpadded byte sequences) is never refused

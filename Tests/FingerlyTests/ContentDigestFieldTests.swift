@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import FingerlyServer
+@testable import FingerlyHost
 @testable import FingerlyTransport
 
 /// `Content-Digest` is read as an RFC 8941 dictionary: each sha-256 or sha-512 member is checked, other

@@ -4,6 +4,7 @@ import Testing
 @testable import FingerlyModel
 @testable import FingerlyServer
 @testable import FingerlyStore
+@testable import FingerlyHost
 @testable import FingerlyTransport
 
 /// A hostile review of the server's request handling (issue 22): refusals that skipped every limit,

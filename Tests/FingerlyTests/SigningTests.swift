@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+@testable import FingerlyHost
 @testable import FingerlyTransport
 
 /// Request signatures (RFC 9421, ed25519) over Content-Digest (RFC 9530), the device key kept in

@@ -118,7 +118,7 @@ package struct SysfsInventory: DeviceInventory {
     /// finds them. `known` keeps each one read for the devices that share it.
     func ancestors(of path: String, known: inout [String: DeviceAncestor?]) -> [DeviceAncestor] {
         var result: [DeviceAncestor] = []
-        var components = path.split(separator: "/").map(String.init)
+        var components = path.utf8.split(separator: UInt8(ascii: "/")).map { String(Substring($0)) }
         // Real sysfs nests some thirty deep; a tree's links can name paths of thousands of directories, each
         // of whose prefixes the walk would read and keep.
         guard components.count <= Self.deepestDevice else {
@@ -138,9 +138,12 @@ package struct SysfsInventory: DeviceInventory {
                 continue
             }
             let properties = uevent(ancestor)
-            // libudev's sysname: "!" in a directory's name stands for "/".
-            let found = DeviceAncestor(path: ancestor, subsystem: subsystem,
-                                       sysname: (components.last ?? "").replacing("!", with: "/"),
+            // libudev's sysname: "!" in a directory's name stands for "/". By bytes: the generic replacing costs a
+            // generic-metadata lookup on every start.
+            let name = components.last ?? ""
+            let sysname = name.utf8.contains(UInt8(ascii: "!"))
+                ? String(decoding: name.utf8.map { $0 == UInt8(ascii: "!") ? UInt8(ascii: "/") : $0 }, as: UTF8.self) : name
+            let found = DeviceAncestor(path: ancestor, subsystem: subsystem, sysname: sysname,
                                        devtype: properties["DEVTYPE"],
                                        driver: properties["DRIVER"] ?? linkName(ancestor + "/driver"))
             known[ancestor] = found

@@ -50,7 +50,7 @@ package struct CodeIntegrityProbe: Probe {
 
     /// Names the usual x86-64 trampolines.
     static func describe(_ bytes: [UInt8]) -> String {
-        let hex = bytes.prefix(8).map { String($0, radix: 16).leftPadded(2) }.joined(separator: " ")
+        let hex = bytes.prefix(8).map { lowercaseHex([$0]) }.joined(separator: " ")
         var body = bytes[...]
         // endbr64 may precede the jump.
         if body.starts(with: [0xF3, 0x0F, 0x1E, 0xFA]) { body = body.dropFirst(4) }
@@ -68,6 +68,3 @@ package struct CodeIntegrityProbe: Probe {
     }
 }
 
-extension String {
-    func leftPadded(_ width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
-}

@@ -72,7 +72,7 @@ package struct NetworkInterfacesProbe: Probe {
             do {
                 let bytes = try NetworkDevice.permanentAddress(of: interface.sysname)
                 if bytes.contains(where: { $0 != 0 }) {
-                    return bytes.map { String($0, radix: 16).leftPadded(2) }.joined(separator: ":")
+                    return bytes.map { lowercaseHex([$0]) }.joined(separator: ":")
                 }
             } catch {}
         }

@@ -79,6 +79,8 @@ package final class TrustStoreCache {
     package init(contents: [UInt8]?, now: Int64) {
         loaded = contents.flatMap(Self.parse) ?? Contents()
         unsettledFrom = now - Self.settlingSeconds
+        // A run keeps nearly all it loaded: room made once, not regrown entry by entry.
+        kept.files.reserveCapacity(loaded.files.count)
     }
 
     package var entries: [FileIdentity: Entry] { kept.files }
