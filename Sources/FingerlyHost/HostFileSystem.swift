@@ -359,7 +359,7 @@ package struct HostFileSystem: Sendable {
 
     /// Names in a directory that `keeping` accepts (before any is stored), at most `limit`.
     package func listDirectory(_ path: String, limit: Int, keeping: ((String) -> Bool)?) throws(HostReadError) -> [String] {
-        try entries(path, limit: limit, keeping: keeping) { _, _, _ throws(HostReadError) in () }.map(\.name)
+        try entries(path, limit: limit, keeping: keeping) { _, _, _, _ throws(HostReadError) in () }.map(\.name)
     }
 
     /// The names in a directory that `keeping` accepts, at most `directoryEntryLimit`, each with its target when
@@ -378,11 +378,15 @@ package struct HostFileSystem: Sendable {
         throws(HostReadError) -> LinkListing {
         var identity: FileIdentity?
         var skipped: Set<String> = []
-        let links = try listLinks(path, keeping: { name in !skipped.contains(name) && keeping?(name) ?? true }) {
+        // Compared as bytes: String equality takes canonically equivalent text as equal, and "\u{212A}.pem" (the
+        // Kelvin sign) is then "K.pem", another file.
+        var skippedBytes: Set<[UInt8]> = []
+        let links = try listLinks(path, keeping: { name in !skippedBytes.contains(Array(name.utf8)) && keeping?(name) ?? true }) {
             directory throws(HostReadError) in
             let status = try status(of: directory, path: path)
             identity = status.identity
             skipped = judged(status.identity) ?? []
+            skippedBytes = Set(skipped.map { Array($0.utf8) })
         }
         guard let identity else { throw HostReadError(.malformed, path: path, detail: "listed without a status") }
         return LinkListing(identity: identity, judged: skipped, links: links)
@@ -394,7 +398,11 @@ package struct HostFileSystem: Sendable {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let capacity = buffer.count - 1
         return try entries(path, limit: Self.directoryEntryLimit, keeping: keeping, opened: opened) {
-            directory, name, type throws(HostReadError) -> Result<String?, HostReadError> in
+            directory, name, type, exact throws(HostReadError) -> Result<String?, HostReadError> in
+            guard exact else {
+                return .failure(HostReadError(.malformed, path: path + "/" + name,
+                                              detail: "a name that is not UTF-8, which cannot be opened again by it: not read"))
+            }
             guard type == UInt8(DT_LNK) || type == UInt8(DT_UNKNOWN) else { return .success(nil) }
             log?.record(path + "/" + name)
             try allowance?.check(path)
@@ -419,7 +427,7 @@ package struct HostFileSystem: Sendable {
     package func listKnown<Known>(_ path: String, keeping: ((String) -> Bool)?, limit: Int,
                                   known: (FileIdentity) -> Known?) throws(HostReadError) -> [(name: String, known: Known?)] {
         try entries(path, limit: Self.directoryEntryLimit, keeping: keeping) {
-            directory, name, type throws(HostReadError) -> Known? in
+            directory, name, type, _ throws(HostReadError) -> Known? in
             guard type == UInt8(DT_REG) || type == UInt8(DT_UNKNOWN) else { return nil }
             log?.record(path + "/" + name)
             try allowance?.check(path)
@@ -434,7 +442,8 @@ package struct HostFileSystem: Sendable {
 
     private func entries<Extra>(_ path: String, limit: Int, keeping: ((String) -> Bool)?,
                                 opened: ((Int32) throws(HostReadError) -> Void)? = nil,
-                                _ extra: (_ directory: Int32, _ name: String, _ type: UInt8) throws(HostReadError) -> Extra)
+                                _ extra: (_ directory: Int32, _ name: String, _ type: UInt8, _ exact: Bool)
+                                    throws(HostReadError) -> Extra)
         throws(HostReadError) -> [(name: String, extra: Extra)] {
         log?.record(path)
         let fd = try openDescriptor(path, flags: O_RDONLY | O_DIRECTORY | O_NONBLOCK)
@@ -448,11 +457,15 @@ package struct HostFileSystem: Sendable {
         var names: [String] = []
         var extras: [Extra] = []
         while names.count < limit, let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            // exact: the name is UTF-8, so the String spells the very bytes; otherwise decoding repaired it and a
+            // path made of it names no entry.
+            let (name, exact) = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                let bytes = raw.prefix(while: { $0 != 0 })
+                let name = String(decoding: bytes, as: UTF8.self)
+                return (name, name.utf8.elementsEqual(bytes))
             }
             guard name != "." && name != "..", keeping?(name) ?? true else { continue }
-            extras.append(try extra(fd, name, entry.pointee.d_type))
+            extras.append(try extra(fd, name, entry.pointee.d_type, exact))
             names.append(name)
             // Names count against the probe's allowance like file contents do.
             allowance?.charge(name.utf8.count + 16)

@@ -92,9 +92,12 @@ package struct PlainCertificate: Equatable {
     static func escaped(_ value: ArraySlice<UInt8>) -> String {
         var text = ""
         for (offset, byte) in value.enumerated() {
+            // libcrypto takes the last character's rule alone for a value of one character: "#" is then written
+            // as it is, " " escaped.
+            let first = offset == 0 && value.count > 1, last = offset == value.count - 1
             let special = ",+\"\\<>;".utf8.contains(byte)
-                || (offset == 0 && (byte == UInt8(ascii: "#") || byte == UInt8(ascii: " ")))
-                || (offset == value.count - 1 && byte == UInt8(ascii: " "))
+                || (first && (byte == UInt8(ascii: "#") || byte == UInt8(ascii: " ")))
+                || (last && byte == UInt8(ascii: " "))
             if special { text += "\\" }
             text.unicodeScalars.append(Unicode.Scalar(byte))
         }

@@ -49,7 +49,7 @@ struct PlainCertificateTests {
             #"/CN=a\,b\+c"d\\e<f>g;h=i/O= leading/OU=trailing /L=#hash/ST=# both "#,
             "/emailAddress=ca@example.com/serialNumber=12345/street=1 Main St/title=Root/postalCode=97201",
             "/GN=Given/SN=Surname/DC=example/DC=com/UID=root/organizationIdentifier=VATDE-123456789/CN= ",
-            "/O=Only An Organisation",
+            "/O=Only An Organisation", "/CN=#/O=##/OU= /L=# /ST= #",
         ]
         let keys: [[String]] = [["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"], ["-newkey", "ed25519"],
                                 ["-newkey", "rsa:1024"]]

@@ -222,6 +222,12 @@ import Testing
         let none = FileIdentity(device: 1, inode: 3, size: 0, modifiedSeconds: 0, modifiedNanoseconds: 0,
                                 changedSeconds: 0, changedNanoseconds: 0)
         cache.rememberLinks(none, names: [])
+        // tmpfs lets anyone set a time of Int64.min seconds, which the parser does not take: such a file is not kept.
+        let earliest = FileIdentity(device: 1, inode: 4, size: 0, modifiedSeconds: .min, modifiedNanoseconds: 0,
+                                    changedSeconds: 0, changedNanoseconds: 0)
+        cache.remember(earliest, fingerprints: [], scannedAllPackaged: false)
+        cache.rememberLinks(earliest, names: ["a.pem"])
+        #expect(cache.entries[earliest] == nil && cache.contents.directories[earliest] == nil)
         let parsed = try #require(TrustStoreCache.parse(cache.serialized()))
         #expect(parsed == cache.contents && parsed.files.count == 2)
         // Only names the line can hold: no space, no "/", not the empty list's "-".
@@ -282,6 +288,55 @@ import Testing
         let changed = try Self.runAgreeing(root, storage: storage)
         #expect(changed.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { 0 } } == 1)
         #expect(storage.parsed?.directories[try Self.identity(certificates)] == ["b.pem"])
+    }
+
+    /// String equality takes canonically equivalent text as equal: "\u{212A}.pem" (the Kelvin sign) is "K.pem" to
+    /// it, though another file. A known link's name must not hide its twin.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aNameEquivalentToAKnownLinksIsReadEveryRun() throws {
+        let (root, variants) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        let certificates = root + "/etc/ssl/certs"
+        #expect(symlink("/usr/share/ca-certificates/mozilla/a.crt", certificates + "/K.pem") == 0)
+        try DeviceFixtures.write(variants[2], to: certificates + "/\u{212A}.pem")
+        let storage = MemoryStorage()
+        for _ in 0..<3 {
+            let run = try Self.runAgreeing(root, storage: storage)
+            #expect(run.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { 0 } } == 1)
+        }
+        #expect(storage.parsed?.directories[try Self.identity(certificates)] == ["K.pem"])
+    }
+
+    /// Only a file of the packaged directory itself is packaged: a link into a subdirectory of it, which the packaged
+    /// listing never reads, is read as any other file.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aLinkIntoASubdirectoryOfThePackagedOnesIsRead() throws {
+        let (root, variants) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        try DeviceFixtures.write(variants[2], to: root + "/usr/share/ca-certificates/mozilla/extra/hidden.crt")
+        #expect(symlink("/usr/share/ca-certificates/mozilla/extra/hidden.crt", root + "/etc/ssl/certs/hidden.pem") == 0)
+        #expect(symlink("/usr/share/ca-certificates/mozilla/../mozilla/a.crt", root + "/etc/ssl/certs/climb.pem") == 0)
+        let run = try Self.runAgreeing(root, storage: MemoryStorage())
+        #expect(run.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { 0 } } == 1)
+        #expect(TrustStore.isPackagedFile("/usr/share/ca-certificates/mozilla/a.crt"))
+        for target in ["/usr/share/ca-certificates/mozilla/extra/hidden.crt", "/usr/share/ca-certificates/mozilla/a.pem",
+                       "/usr/share/ca-certificates/mozilla/.crt", "/usr/share/ca-certificates/mozillaa.crt",
+                       "/usr/share/ca-certificates/mozilla/../../../etc/x.crt"] {
+            #expect(!TrustStore.isPackagedFile(target), "\(target)")
+        }
+    }
+
+    /// A name that is not UTF-8 cannot be opened again through a String: it is an issue of the probe, not a file
+    /// passed over in silence.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aNameThatIsNotUTF8IsAnIssue() throws {
+        let (root, variants) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        var path = Array((root + "/etc/ssl/certs/").utf8CString.dropLast())
+        path += [CChar(bitPattern: 0xFF)] + Array(".pem".utf8CString)
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
+        try #require(fd >= 0)
+        _ = variants[2].utf8CString.dropLast().withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        let run = try Self.run(root, storage: MemoryStorage())
+        #expect(run.issues.contains { $0.detail.contains("not UTF-8") }, "\(run.issues)")
     }
 
     // MARK: the file in the state directory

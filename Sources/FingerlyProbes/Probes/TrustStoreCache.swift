@@ -127,6 +127,7 @@ package final class TrustStoreCache {
 
     /// Within the limits the parser accepts, so a file this writes is always one it reads back.
     private func keep(_ identity: FileIdentity, _ entry: Entry) {
+        guard Self.isWritable(identity) else { return }
         let before = kept.files[identity]?.fingerprints.count
         let total = keptFingerprints - (before ?? 0) + entry.fingerprints.count
         guard entry.fingerprints.count <= Certificates.defaultLimit, total <= Self.fingerprintLimit,
@@ -136,12 +137,18 @@ package final class TrustStoreCache {
     }
 
     private func keep(_ identity: FileIdentity, links names: Set<String>) {
+        guard Self.isWritable(identity) else { return }
         let before = kept.directories[identity]?.count
         let total = keptLinkNames - (before ?? 0) + names.count
         guard total <= Self.linkNameLimit, before != nil || kept.lines < Self.entryLimit,
               kept.files[identity] == nil else { return }
         kept.directories[identity] = names
         keptLinkNames = total
+    }
+
+    /// The parser takes seconds from -Int64.max: a time at Int64.min (which tmpfs lets anyone set) is not kept.
+    private static func isWritable(_ identity: FileIdentity) -> Bool {
+        identity.modifiedSeconds != .min && identity.changedSeconds != .min
     }
 
     private static func isKeepableName(_ name: some Collection<UInt8>) -> Bool {

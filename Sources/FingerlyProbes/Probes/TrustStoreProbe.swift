@@ -33,6 +33,16 @@ package struct TrustStore {
     let packagedCount: Int
     let localRoots: [LocalRoot]
 
+    /// Whether a link's text names a file of the packaged directory itself, `/usr/share/ca-certificates/mozilla/NAME.crt`
+    /// with no "/" in NAME: what the packaged listing reads. A subdirectory is read by nobody here, and a climb with
+    /// ".." can lead anywhere. As bytes: String comparison takes canonically equivalent text as equal.
+    static func isPackagedFile(_ target: String) -> Bool {
+        let prefix = Array((packaged + "/").utf8), bytes = Array(target.utf8)
+        guard bytes.starts(with: prefix) else { return false }
+        let name = bytes.dropFirst(prefix.count)
+        return name.count > 4 && name.suffix(4).elementsEqual(".crt".utf8) && !name.contains(UInt8(ascii: "/"))
+    }
+
     /// Throws only when a file needs libcrypto to be read and it cannot be used.
     static func read(_ context: ProbeContext, localRootLimit: Int = localRootLimit) throws(ProbeFailure) -> TrustStore? {
         let host = context.host
@@ -130,9 +140,7 @@ package struct TrustStore {
         var packagedLinks = listing?.judged ?? []
         for (name, target) in links ?? [] {
             switch target {
-            // A target that climbs with ".." can leave the packaged directory whatever it starts with.
-            case .success(let target?) where target.hasPrefix(Self.packaged + "/")
-                && !target.split(separator: "/").contains(".."):
+            case .success(let target?) where Self.isPackagedFile(target):
                 packagedLinks.insert(name)
                 continue
             case .success: break
