@@ -27,13 +27,19 @@ public struct ScheduleOptions: Sendable, Hashable {
     package static let timeoutRangeMs = 1...600_000
     package static let concurrencyRange = 1...64
 
+    /// Probes running at once unless the caller says otherwise: one more than the CPUs this process may run on
+    /// (a probe waiting on a child or a socket leaves the others theirs), from 2 to 4. More threads than that
+    /// only take turns on the CPUs, and every turn costs: on two CPUs, four took a sixth longer than three.
+    /// (`activeProcessorCount`: the affinity mask, as taskset and a cgroup's cpuset leave it.)
+    public static let defaultConcurrency = min(4, max(2, ProcessInfo.processInfo.activeProcessorCount + 1))
+
     /// - Parameters:
     ///   - budgetMs: the whole collection's wall-clock bound.
     ///   - defaultSourceTimeoutMs: the timeout of a probe whose catalogue entry names none.
-    ///   - concurrency: probes running at once.
+    ///   - concurrency: probes running at once (`defaultConcurrency` unless given).
     ///   - tiers: the tiers run when a call names none.
     ///   - sourceTimeoutOverrideMs: one timeout for every probe, for slow hosts.
-    public init(budgetMs: Int = 1200, defaultSourceTimeoutMs: Int = 250, concurrency: Int = 4,
+    public init(budgetMs: Int = 1200, defaultSourceTimeoutMs: Int = 250, concurrency: Int = defaultConcurrency,
                 tiers: Set<Tier> = Set(Tier.allCases), sourceTimeoutOverrideMs: Int? = nil) {
         self.budgetMs = budgetMs
         self.concurrency = concurrency

@@ -36,7 +36,8 @@ package enum FingerlyIdentify {
           --json                   Print the full result (verdicts and report) as JSON on stdout.
           --tiers LIST             fast, deferred or all (default: all).
           --budget-ms N            Hard wall-clock budget for collection (default: 1200).
-          --concurrency N          Probes running at once (default: 4).
+          --concurrency N          Probes running at once (default: one more than the usable CPUs,
+                                   from 2 to 4).
           --timeout-ms N           Timeout for probes the catalogue gives none (default: 250).
           --probe-timeout-ms N     Timeout for every probe, overriding the catalogue (slow or
                                    instrumented hosts, e.g. under valgrind).

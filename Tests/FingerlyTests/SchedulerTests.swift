@@ -90,6 +90,16 @@ func timedOffPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> (va
 }
 
 @Suite struct SchedulerTests {
+    /// More probe threads than CPUs only take turns: by default one more than the CPUs `nproc` counts (the
+    /// affinity mask), from 2 to 4.
+    @Test func theDefaultConcurrencyFollowsTheUsableCPUs() throws {
+        let counted = try runProcess("/usr/bin/nproc", [])
+        let cpus = try #require(Int(counted.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)))
+        #expect(ScheduleOptions.defaultConcurrency == min(4, max(2, cpus + 1)))
+        #expect(ScheduleOptions().concurrency == ScheduleOptions.defaultConcurrency)
+        #expect((2...4).contains(ScheduleOptions.defaultConcurrency))
+    }
+
     @Test func concurrencyLimitIsObserved() async {
         let tracker = RunTracker()
         let jobs = (0..<6).map { ScheduledProbe(probe: SleepingProbe(id: "p\($0)", sleepMs: 40, tracker: tracker), tier: .fast, timeoutMs: 2000) }
