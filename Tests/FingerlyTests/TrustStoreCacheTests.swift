@@ -306,6 +306,31 @@ import Testing
         #expect(storage.parsed?.directories[try Self.identity(certificates)] == ["K.pem"])
     }
 
+    /// OpenSSL's directory lookup (CApath) trusts a certificate by its hash name whether or not the bundle holds it:
+    /// a hash-named file is read, a hash link to a *.pem beside it judged by that one. Only links to packaged files
+    /// are kept in the cache; a hash name is its certificate's subject hash.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func hashNamedEntriesAreReadAsOpenSSLsDirectoryLookupReadsThem() throws {
+        let (root, variants) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        let certificates = root + "/etc/ssl/certs"
+        #expect(symlink("/usr/share/ca-certificates/mozilla/a.crt", certificates + "/a.pem") == 0)
+        #expect(symlink("a.pem", certificates + "/1234abcd.0") == 0)
+        try DeviceFixtures.write(variants[2], to: certificates + "/deadbeef.0")
+        try DeviceFixtures.write(variants[3], to: certificates + "/local.pem")
+        #expect(symlink("local.pem", certificates + "/cafebabe.1") == 0)
+        try DeviceFixtures.write(variants[3], to: certificates + "/0000beef.r0")
+        let storage = MemoryStorage()
+        for _ in 0..<2 {
+            let run = try Self.runAgreeing(root, storage: storage)
+            #expect(run.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { 0 } } == 2)
+        }
+        #expect(storage.parsed?.directories[try Self.identity(certificates)] == ["1234abcd.0", "a.pem"])
+        #expect(TrustStore.isHashName("deadbeef.0") && TrustStore.isHashName("0179095f.12"))
+        for name in ["deadbeef.r0", "DEADBEEF.0", "deadbee.0", "deadbeef.", "deadbeef.0.pem", "deadbeefx0"] {
+            #expect(!TrustStore.isHashName(name), "\(name)")
+        }
+    }
+
     /// Only a file of the packaged directory itself is packaged: a link into a subdirectory of it, which the packaged
     /// listing never reads, is read as any other file.
     @Test(.enabled(if: opensslAvailable, "openssl is missing"))

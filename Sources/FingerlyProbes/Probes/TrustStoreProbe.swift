@@ -43,6 +43,15 @@ package struct TrustStore {
         return name.count > 4 && name.suffix(4).elementsEqual(".crt".utf8) && !name.contains(UInt8(ascii: "/"))
     }
 
+    /// OpenSSL's name for a certificate in a hashed directory: eight lower-case hex digits of its subject's hash, a
+    /// dot, a decimal sequence number ("HHHHHHHH.rN" names a revocation list, no certificate).
+    static func isHashName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard bytes.count >= 10, bytes[8] == UInt8(ascii: "."), bytes.count <= 14 else { return false }
+        let isHex = bytes[..<8].allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+        return isHex && bytes[9...].allSatisfy { (48...57).contains($0) }
+    }
+
     /// Throws only when a file needs libcrypto to be read and it cannot be used.
     static func read(_ context: ProbeContext, localRootLimit: Int = localRootLimit) throws(ProbeFailure) -> TrustStore? {
         let host = context.host
@@ -124,29 +133,39 @@ package struct TrustStore {
         // What is trusted: the bundle, and every *.pem beside it that is not a link to a shipped file.
         // Listed first, read one at a time below: only one file's bytes are held at once, and the bundle's.
         var sources = [Self.bundle]
-        // With a cache, the links to packaged files a directory of this identity held are not read again.
+        // The *.pem files, and the hash-named entries (HHHHHHHH.N) through which OpenSSL's directory lookup
+        // (CApath) trusts a certificate whether or not the bundle holds it. With a cache, the links to packaged files
+        // a directory of this identity held are not read again.
+        let trusted: (String) -> Bool = { $0.hasSuffix(".pem") || Self.isHashName($0) }
         var listing: LinkListing?
         let links: [(name: String, target: Result<String?, HostReadError>)]?
         if let cache {
             listing = context.attemptIfPresent { () throws(HostReadError) in
-                try host.listLinks(Self.certificateDirectory, keeping: { $0.hasSuffix(".pem") }) { cache.packagedLinks(of: $0) }
+                try host.listLinks(Self.certificateDirectory, keeping: trusted) { cache.packagedLinks(of: $0) }
             }
             links = listing?.links
         } else {
             links = context.attemptIfPresent { () throws(HostReadError) in
-                try host.listLinks(Self.certificateDirectory) { $0.hasSuffix(".pem") }
+                try host.listLinks(Self.certificateDirectory, keeping: trusted)
             }
         }
         var packagedLinks = listing?.judged ?? []
-        for (name, target) in links ?? [] {
+        var readLocally: Set<String> = []
+        // The *.pem first: a hash name's link to one of them is judged by what that one is.
+        let ordered = (links ?? []).filter { !Self.isHashName($0.name) } + (links ?? []).filter { Self.isHashName($0.name) }
+        for (name, target) in ordered {
             switch target {
-            case .success(let target?) where Self.isPackagedFile(target):
+            case .success(let target?) where Self.isPackagedFile(target) || packagedLinks.contains(target):
                 packagedLinks.insert(name)
                 continue
+            // A hash name's link to a *.pem beside it that is read under its own name. Not kept in the cache: a
+            // hash name is its certificate's subject hash, something of a local root.
+            case .success(let target?) where Self.isHashName(name) && readLocally.contains(target): continue
             case .success: break
             // A link that could not be read is read as a file: it may hold anything.
             case .failure(let error): context.record(error)
             }
+            if !Self.isHashName(name) { readLocally.insert(name) }
             sources.append(Self.certificateDirectory + "/" + name)
         }
         if let cache, let listing { cache.rememberLinks(listing.identity, names: packagedLinks) }
