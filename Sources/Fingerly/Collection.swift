@@ -14,7 +14,9 @@ extension Fingerly {
         var environment = ProbeEnvironment(host: host, tables: .embedded,
                                            filter: filter, hasher: hasher)
         environment.pinChecks = options.tlsPinChecks
-        if !warmingUp, let directory = options.stateDirectory ?? StateDirectory.defaultPathForThisProcess() {
+        // Only for this host's own files: the identities of a --root tree say nothing of another tree's, and a tree
+        // handed over may be anyone's.
+        if !warmingUp, host.isLiveHost, let directory = options.stateDirectory ?? StateDirectory.defaultPathForThisProcess() {
             environment.trustStoreCacheStorage = TrustStoreCacheFile(directory: directory)
         }
         let start = start ?? CollectorStart.observe(environment.host)

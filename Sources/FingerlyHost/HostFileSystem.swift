@@ -109,7 +109,7 @@ package struct HostFileSystem: Sendable {
     /// Most names taken from one directory: no host has more NICs, disks, PCI functions or
     /// certificates, and a tree of hundreds of thousands of 255-byte names must not hold megabytes
     /// in every probe that lists it. /proc asks for more, keeping only the short numeric names.
-    static let directoryEntryLimit = 4_096
+    package static let directoryEntryLimit = 4_096
 
     /// The root prefix; "/" for the live host.
     package let root: String
@@ -362,6 +362,18 @@ package struct HostFileSystem: Sendable {
         try entries(path, limit: limit, keeping: keeping) { _, _, _, _ throws(HostReadError) in () }.map(\.name)
     }
 
+    /// Every name in a directory that `keeping` accepts, or an error when there are more than
+    /// `directoryEntryLimit`: for a caller that must judge the whole directory, never a part of it as the whole.
+    package func listWholeDirectory(_ path: String, keeping: ((String) -> Bool)?) throws(HostReadError) -> [String] {
+        try entries(path, limit: Self.directoryEntryLimit, whole: true, keeping: keeping) {
+            _, _, _, _ throws(HostReadError) in ()
+        }.map(\.name)
+    }
+
+    package static func directoryCutDetail(_ limit: Int) -> String {
+        "more than \(limit) entries: the directory is not judged by a part of it"
+    }
+
     /// The names in a directory that `keeping` accepts, at most `directoryEntryLimit`, each with its target when
     /// it is a symbolic link (nil when it is none) or why that could not be read. Each link is read relative to
     /// the open directory: one lookup per name where `linkTarget` would walk the whole path again.
@@ -371,13 +383,13 @@ package struct HostFileSystem: Sendable {
     }
 
     /// `listLinks`, leaving out the names `judged` gives for the directory's identity (device, inode, size,
-    /// modification and change times): what a caller already knows of them. A link cannot be changed in place,
+    /// modification and change times), name to target: links a caller read before. A link cannot be changed in place,
     /// only replaced, and every entry made, removed or renamed sets the directory's change time, so an unchanged
     /// identity means unchanged names and targets.
-    package func listLinks(_ path: String, keeping: ((String) -> Bool)?, unless judged: @escaping (FileIdentity) -> Set<String>?)
+    package func listLinks(_ path: String, keeping: ((String) -> Bool)?, unless judged: @escaping (FileIdentity) -> [String: String]?)
         throws(HostReadError) -> LinkListing {
         var identity: FileIdentity?
-        var skipped: Set<String> = []
+        var skipped: [String: String] = [:]
         // Compared as bytes: String equality takes canonically equivalent text as equal, and "\u{212A}.pem" (the
         // Kelvin sign) is then "K.pem", another file.
         var skippedBytes: Set<[UInt8]> = []
@@ -385,8 +397,8 @@ package struct HostFileSystem: Sendable {
             directory throws(HostReadError) in
             let status = try status(of: directory, path: path)
             identity = status.identity
-            skipped = judged(status.identity) ?? []
-            skippedBytes = Set(skipped.map { Array($0.utf8) })
+            skipped = judged(status.identity) ?? [:]
+            skippedBytes = Set(skipped.keys.map { Array($0.utf8) })
         }
         guard let identity else { throw HostReadError(.malformed, path: path, detail: "listed without a status") }
         return LinkListing(identity: identity, judged: skipped, links: links)
@@ -397,7 +409,7 @@ package struct HostFileSystem: Sendable {
         -> [(name: String, target: Result<String?, HostReadError>)] {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let capacity = buffer.count - 1
-        return try entries(path, limit: Self.directoryEntryLimit, keeping: keeping, opened: opened) {
+        return try entries(path, limit: Self.directoryEntryLimit, whole: true, keeping: keeping, opened: opened) {
             directory, name, type, exact throws(HostReadError) -> Result<String?, HostReadError> in
             guard exact else {
                 return .failure(HostReadError(.malformed, path: path + "/" + name,
@@ -411,7 +423,14 @@ package struct HostFileSystem: Sendable {
             }
             switch result {
             case .success(let count):
-                return .success(String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self))
+                let bytes = buffer[0..<count].map { UInt8(bitPattern: $0) }
+                let target = String(decoding: bytes, as: UTF8.self)
+                // Decoding repairs what is not UTF-8, and the repaired text names another file.
+                guard target.utf8.elementsEqual(bytes) else {
+                    return .failure(HostReadError(.malformed, path: path + "/" + name,
+                                                  detail: "a link whose target is not UTF-8: read as a file, not by its target"))
+                }
+                return .success(target)
             // Not a link, or gone since it was listed: as linkTarget answers.
             case .failure(let error) where error.code == EINVAL || error.code == ENOENT: return .success(nil)
             case .failure(let error): return .failure(HostReadError(path: path + "/" + name, systemError: error))
@@ -426,7 +445,7 @@ package struct HostFileSystem: Sendable {
     /// the whole path again.
     package func listKnown<Known>(_ path: String, keeping: ((String) -> Bool)?, limit: Int,
                                   known: (FileIdentity) -> Known?) throws(HostReadError) -> [(name: String, known: Known?)] {
-        try entries(path, limit: Self.directoryEntryLimit, keeping: keeping) {
+        try entries(path, limit: Self.directoryEntryLimit, whole: true, keeping: keeping) {
             directory, name, type, _ throws(HostReadError) -> Known? in
             guard type == UInt8(DT_REG) || type == UInt8(DT_UNKNOWN) else { return nil }
             log?.record(path + "/" + name)
@@ -440,7 +459,8 @@ package struct HostFileSystem: Sendable {
         }.map { ($0.name, $0.extra) }
     }
 
-    private func entries<Extra>(_ path: String, limit: Int, keeping: ((String) -> Bool)?,
+    /// `whole`: more than `limit` kept names is an error, not a listing cut short.
+    private func entries<Extra>(_ path: String, limit: Int, whole: Bool = false, keeping: ((String) -> Bool)?,
                                 opened: ((Int32) throws(HostReadError) -> Void)? = nil,
                                 _ extra: (_ directory: Int32, _ name: String, _ type: UInt8, _ exact: Bool)
                                     throws(HostReadError) -> Extra)
@@ -456,7 +476,7 @@ package struct HostFileSystem: Sendable {
         try opened?(fd)
         var names: [String] = []
         var extras: [Extra] = []
-        while names.count < limit, let entry = readdir(directory) {
+        while let entry = readdir(directory) {
             // exact: the name is UTF-8, so the String spells the very bytes; otherwise decoding repaired it and a
             // path made of it names no entry.
             let (name, exact) = withUnsafeBytes(of: entry.pointee.d_name) { raw in
@@ -465,6 +485,10 @@ package struct HostFileSystem: Sendable {
                 return (name, name.utf8.elementsEqual(bytes))
             }
             guard name != "." && name != "..", keeping?(name) ?? true else { continue }
+            guard names.count < limit else {
+                guard whole else { break }
+                throw HostReadError(.malformed, path: path, detail: Self.directoryCutDetail(limit))
+            }
             extras.append(try extra(fd, name, entry.pointee.d_type, exact))
             names.append(name)
             // Names count against the probe's allowance like file contents do.
@@ -577,7 +601,8 @@ package struct FileIdentity: Sendable, Hashable {
 /// and the others with their targets.
 package struct LinkListing {
     package let identity: FileIdentity
-    package let judged: Set<String>
+    /// The links left out, name to target: as they were, since the directory is as it was.
+    package let judged: [String: String]
     package let links: [(name: String, target: Result<String?, HostReadError>)]
 }
 

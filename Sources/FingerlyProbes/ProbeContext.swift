@@ -45,6 +45,11 @@ package final class ProbeContext {
     static let noteLimit = 8
     private var signalBytes = 0
     private var droppedIssues = 0
+    /// Details a probe must see every issue of, whatever `issueLimit` leaves out of the report: a file cut short
+    /// is evidence, and seventeen unreadable files in front of it must not hide it.
+    var watchedDetails: Set<String> = []
+    /// The paths of the issues with a watched detail, in the order met, at most `listItemLimit`.
+    private(set) var watchedPaths: [String] = []
 
     /// Signals the catalogue marks `personalPaths`.
     static let personalPathSignals: Set<String> = Set(ProbeCatalogue.embedded.probes.flatMap(\.signals)
@@ -143,6 +148,9 @@ package final class ProbeContext {
     }
 
     func record(_ error: HostReadError) {
+        if watchedDetails.contains(error.detail), watchedPaths.count < Self.listItemLimit {
+            watchedPaths.append(hasher.personalPaths(error.path))
+        }
         // A tree of ten thousand unreadable files is one finding, not ten thousand.
         guard issues.count < Self.issueLimit else {
             droppedIssues += 1

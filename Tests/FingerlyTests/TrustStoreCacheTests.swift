@@ -74,6 +74,14 @@ import Testing
         return (root, Array(blocks))
     }
 
+    static func linkNames(_ storage: MemoryStorage, _ directory: FileIdentity) -> Set<String>? {
+        storage.parsed?.directories[directory].map { Set($0.keys) }
+    }
+
+    static func localRootCount(_ outcome: Outcome) -> Int? {
+        outcome.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { -1 } }
+    }
+
     static func identity(_ path: String) throws -> FileIdentity {
         try HostFileSystem().status(path).identity
     }
@@ -191,7 +199,7 @@ import Testing
         let text = String(decoding: valid, as: UTF8.self)
         let corrupt: [[UInt8]] = [
             [], Array("garbage".utf8), Array(valid.dropLast()), Array(valid.dropLast(6)),
-            Array(text.replacing("cache 2", with: "cache 3").utf8),
+            Array(text.replacing("cache 3", with: "cache 2").utf8),
             Array(text.replacing("F ", with: "F  ").utf8),
             Array(text.replacing("L ", with: "L  ").utf8),
             Array(text.replacing("end 3", with: "end 4").utf8),
@@ -218,31 +226,41 @@ import Testing
         cache.remember(empty, fingerprints: [], scannedAllPackaged: false)
         let directory = FileIdentity(device: 1, inode: 2, size: 4096, modifiedSeconds: 7, modifiedNanoseconds: 8,
                                      changedSeconds: 9, changedNanoseconds: 10)
-        cache.rememberLinks(directory, names: ["ACCVRAIZ1.pem", "a b.pem", "-", "x/y.pem", "ok.pem"])
+        let packaged = "/usr/share/ca-certificates/mozilla/"
+        cache.rememberLinks(directory, links: [("ACCVRAIZ1.pem", packaged + "ACCVRAIZ1.crt"), ("a b.pem", packaged + "x.crt"),
+                                               ("-", packaged + "y.crt"), ("x/y.pem", packaged + "z.crt"),
+                                               ("ok.pem", packaged + "ok.crt"), ("space.pem", packaged + "a b.crt"),
+                                               ("long.pem", String(repeating: "x", count: TrustStoreCache.linkTargetLimit + 1))])
         let none = FileIdentity(device: 1, inode: 3, size: 0, modifiedSeconds: 0, modifiedNanoseconds: 0,
                                 changedSeconds: 0, changedNanoseconds: 0)
-        cache.rememberLinks(none, names: [])
+        cache.rememberLinks(none, links: [])
         // tmpfs lets anyone set a time of Int64.min seconds, which the parser does not take: such a file is not kept.
         let earliest = FileIdentity(device: 1, inode: 4, size: 0, modifiedSeconds: .min, modifiedNanoseconds: 0,
                                     changedSeconds: 0, changedNanoseconds: 0)
         cache.remember(earliest, fingerprints: [], scannedAllPackaged: false)
-        cache.rememberLinks(earliest, names: ["a.pem"])
+        cache.rememberLinks(earliest, links: [("a.pem", packaged + "a.crt")])
         #expect(cache.entries[earliest] == nil && cache.contents.directories[earliest] == nil)
         let parsed = try #require(TrustStoreCache.parse(cache.serialized()))
         #expect(parsed == cache.contents && parsed.files.count == 2)
-        // Only names the line can hold: no space, no "/", not the empty list's "-".
-        #expect(parsed.directories[directory] == ["ACCVRAIZ1.pem", "ok.pem"] && parsed.directories[none] == [])
+        // Only links the line can hold: a name without space or "/", not the empty list's "-"; a target without space.
+        #expect(parsed.directories[directory] == ["ACCVRAIZ1.pem": packaged + "ACCVRAIZ1.crt", "ok.pem": packaged + "ok.crt"])
+        #expect(parsed.directories[none] == [:])
         let line = "S 2049 77 1234 -5 999999999 1800000000 0 \(fingerprint)"
         for loose in ["S 2049 077 1234 -5 999999999 1800000000 0 \(fingerprint)", "S 2049 77 1234 -0 0 0 0 -",
                       "S 2049 77 1234 -5 1000000000 1800000000 0 \(fingerprint)", "S 2049 77 +1 0 0 0 0 -",
                       "X 2049 77 1234 -5 0 0 0 -", "S 18446744073709551616 77 1 0 0 0 0 -", line + ",", line + " ",
                       line + "\n" + line, "S 2049 77 1234 -5 0 0 0 " + String(fingerprint.dropLast()) + "G",
-                      "L 1 2 3 4 5 6 7 a.pem//b.pem", "L 1 2 3 4 5 6 7 a.pem/a.pem", "L 1 2 3 4 5 6 7 ", "L 1 2 3 4 5 6 7",
-                      "L 1 2 3 4 5 6 7 a\u{7f}.pem", "L 1 2 3 4 5 6 7 -/a.pem"] {
+                      "L 1 2 3 4 5 6 7 a.pem/", "L 1 2 3 4 5 6 7 a.pem", "L 1 2 3 4 5 6 7 /x", "L 1 2 3 4 5 6 7 ",
+                      "L 1 2 3 4 5 6 7", "L 1 2 3 4 5 6 7 a.pem/x  b.pem/y", "L 1 2 3 4 5 6 7 a.pem/x a.pem/y",
+                      "L 1 2 3 4 5 6 7 a\u{7f}.pem/x", "L 1 2 3 4 5 6 7 -/a.pem", "L 1 2 3 4 5 6 7 a.pem/x\u{7f}",
+                      "L 1 2 3 4 5 6 7 a.pem/x "] {
             let file = "\(TrustStoreCache.header)\n\(loose)\nend 1\n"
             #expect(TrustStoreCache.parse(Array(file.utf8)) == nil, "\(loose)")
         }
         #expect(TrustStoreCache.parse(Array("\(TrustStoreCache.header)\n\(line)\nend 1\n".utf8))?.files.count == 1)
+        let links = "L 1 2 3 4 5 6 7 a.pem//usr/share/ca-certificates/mozilla/a.crt 1234abcd.0/a.pem"
+        #expect(TrustStoreCache.parse(Array("\(TrustStoreCache.header)\n\(links)\nend 1\n".utf8))?.directories.first?.value
+                == ["a.pem": "/usr/share/ca-certificates/mozilla/a.crt", "1234abcd.0": "a.pem"])
     }
 
     /// Only packaged roots' fingerprints: no name, no path, nothing of a locally added root.
@@ -277,7 +295,7 @@ import Testing
         let first = try Self.runAgreeing(root, storage: storage)
         #expect(first.signals["tls.local_roots"] == .strings([]))
         let directory = try Self.identity(certificates)
-        #expect(storage.parsed?.directories[directory] == ["a.pem", "b.pem"])
+        #expect(Self.linkNames(storage, directory) == ["a.pem", "b.pem"])
         #expect(try Self.runAgreeing(root, storage: storage) == first)
 
         // The same name, now a link to a local root's file: the directory changed, so the link is read again.
@@ -287,7 +305,7 @@ import Testing
         #expect(try Self.identity(certificates) != directory)
         let changed = try Self.runAgreeing(root, storage: storage)
         #expect(changed.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { 0 } } == 1)
-        #expect(storage.parsed?.directories[try Self.identity(certificates)] == ["b.pem"])
+        #expect(Self.linkNames(storage, try Self.identity(certificates)) == ["b.pem"])
     }
 
     /// String equality takes canonically equivalent text as equal: "\u{212A}.pem" (the Kelvin sign) is "K.pem" to
@@ -303,7 +321,7 @@ import Testing
             let run = try Self.runAgreeing(root, storage: storage)
             #expect(run.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { 0 } } == 1)
         }
-        #expect(storage.parsed?.directories[try Self.identity(certificates)] == ["K.pem"])
+        #expect(Self.linkNames(storage, try Self.identity(certificates)) == ["K.pem"])
     }
 
     /// OpenSSL's directory lookup (CApath) trusts a certificate by its hash name whether or not the bundle holds it:
@@ -324,7 +342,7 @@ import Testing
             let run = try Self.runAgreeing(root, storage: storage)
             #expect(run.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { 0 } } == 2)
         }
-        #expect(storage.parsed?.directories[try Self.identity(certificates)] == ["1234abcd.0", "a.pem"])
+        #expect(Self.linkNames(storage, try Self.identity(certificates)) == ["1234abcd.0", "a.pem"])
         #expect(TrustStore.isHashName("deadbeef.0") && TrustStore.isHashName("0179095f.12"))
         for name in ["deadbeef.r0", "DEADBEEF.0", "deadbee.0", "deadbeef.", "deadbeef.0.pem", "deadbeefx0"] {
             #expect(!TrustStore.isHashName(name), "\(name)")
@@ -341,11 +359,12 @@ import Testing
         #expect(symlink("/usr/share/ca-certificates/mozilla/../mozilla/a.crt", root + "/etc/ssl/certs/climb.pem") == 0)
         let run = try Self.runAgreeing(root, storage: MemoryStorage())
         #expect(run.signals["tls.local_roots"].map { if case .strings(let roots) = $0 { roots.count } else { 0 } } == 1)
-        #expect(TrustStore.isPackagedFile("/usr/share/ca-certificates/mozilla/a.crt"))
-        for target in ["/usr/share/ca-certificates/mozilla/extra/hidden.crt", "/usr/share/ca-certificates/mozilla/a.pem",
+        let read: Set<[UInt8]> = [Array("a.crt".utf8)]
+        #expect(TrustStore.isPackagedFile("/usr/share/ca-certificates/mozilla/a.crt", read: read))
+        for target in ["/usr/share/ca-certificates/mozilla/extra/hidden.crt", "/usr/share/ca-certificates/mozilla/b.crt",
                        "/usr/share/ca-certificates/mozilla/.crt", "/usr/share/ca-certificates/mozillaa.crt",
-                       "/usr/share/ca-certificates/mozilla/../../../etc/x.crt"] {
-            #expect(!TrustStore.isPackagedFile(target), "\(target)")
+                       "/usr/share/ca-certificates/mozilla/../../../etc/x.crt", "/usr/share/ca-certificates/mozilla//a.crt"] {
+            #expect(!TrustStore.isPackagedFile(target, read: read), "\(target)")
         }
     }
 
@@ -362,6 +381,109 @@ import Testing
         close(fd)
         let run = try Self.run(root, storage: MemoryStorage())
         #expect(run.issues.contains { $0.detail.contains("not UTF-8") }, "\(run.issues)")
+    }
+
+    /// A path as bytes, for names that are not UTF-8.
+    static func bytesPath(_ text: String, then raw: [UInt8] = [], _ rest: String = "") -> [CChar] {
+        (Array(text.utf8) + raw + Array(rest.utf8)).map { CChar(bitPattern: $0) } + [0]
+    }
+
+    /// Decoding repairs a target that is not UTF-8 into one that is, and the repaired text may name a packaged file:
+    /// such a link is read as a file, never judged by what its target looks like.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aLinkWhoseTargetIsNotUTF8IsReadAsAFile() throws {
+        let (root, variants) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        let mozilla = root + "/usr/share/ca-certificates/mozilla/"
+        try DeviceFixtures.write(variants[1], to: mozilla + "a\u{FFFD}.crt")
+        let hidden = Self.bytesPath(mozilla + "a", then: [0xFF], ".crt")
+        let fd = open(hidden, O_WRONLY | O_CREAT | O_EXCL, 0o644)
+        try #require(fd >= 0)
+        _ = variants[2].utf8CString.dropLast().withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        let target = Self.bytesPath("/usr/share/ca-certificates/mozilla/a", then: [0xFF], ".crt")
+        #expect(symlink(target, root + "/etc/ssl/certs/hidden.pem") == 0)
+        for _ in 0..<2 {
+            let run = try Self.runAgreeing(root, storage: MemoryStorage())
+            #expect(Self.localRootCount(run) == 1)
+            #expect(run.issues.contains { $0.detail.contains("target is not UTF-8") }, "\(run.issues)")
+        }
+    }
+
+    /// `*.crt` as the shell matches it, byte for byte: a name ending in ".crt" after a character that joins what
+    /// follows (U+0600) does not end in ".crt" Character by Character. The listing reads it, and the link to it is
+    /// judged by what was read.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aPackagedNameIsMatchedAsTheShellMatchesIt() throws {
+        let (root, variants) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        #expect(!"\u{0600}.crt".hasSuffix(".crt") && TrustStore.hasSuffix("\u{0600}.crt", ".crt"))
+        try DeviceFixtures.write(variants[2], to: root + "/usr/share/ca-certificates/mozilla/\u{0600}.crt")
+        try DeviceFixtures.write(variants[0] + variants[1] + variants[2], to: root + "/etc/ssl/certs/ca-certificates.crt")
+        #expect(symlink("/usr/share/ca-certificates/mozilla/\u{0600}.crt", root + "/etc/ssl/certs/joined.pem") == 0)
+        let storage = MemoryStorage()
+        for _ in 0..<2 {
+            let run = try Self.runAgreeing(root, storage: storage)
+            #expect(run.signals["tls.packaged_roots"] == .int(3) && Self.localRootCount(run) == 0)
+        }
+    }
+
+    /// More entries than one listing holds: the directory is named among the oversized trust files, whatever number
+    /// of other issues came before it, and a part of it is never taken for the whole.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aDirectoryTooLongToListIsReportedBehindAnyNumberOfIssues() throws {
+        let (root, _) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        // A directory named *.crt cannot be read as a file: an issue each.
+        try DeviceFixtures.write("", to: root + "/usr/local/share/ca-certificates/README")
+        for index in 0..<(ProbeContext.issueLimit + 4) {
+            #expect(mkdir(root + "/usr/local/share/ca-certificates/unreadable\(index).crt", 0o755) == 0)
+        }
+        for index in 0...HostFileSystem.directoryEntryLimit {
+            try DeviceFixtures.write("", to: root + "/etc/ssl/certs/filler\(index).pem")
+        }
+        let run = try Self.runAgreeing(root, storage: MemoryStorage())
+        #expect(run.issues.count == ProbeContext.issueLimit + 1, "the report's issues are bounded")
+        guard case .strings(let oversized)? = run.signals["tls.oversized_trust_files"] else {
+            Issue.record("no tls.oversized_trust_files")
+            return
+        }
+        #expect(oversized == ["/etc/ssl/certs"])
+    }
+
+    /// A kept link is judged again by what this run read of the packaged directory: when that directory cannot be
+    /// read whole, the link is read as a file although its own directory kept its identity.
+    @Test(.enabled(if: opensslAvailable, "openssl is missing"))
+    func aKeptLinkIsJudgedAgainByWhatThisRunRead() throws {
+        let (root, variants) = try Self.trustTree(bundleHoldsLocalRoot: false)
+        try DeviceFixtures.write(variants[2], to: root + "/usr/share/ca-certificates/mozilla/c.crt")
+        #expect(symlink("/usr/share/ca-certificates/mozilla/c.crt", root + "/etc/ssl/certs/c.pem") == 0)
+        let storage = MemoryStorage()
+        let first = try Self.runAgreeing(root, storage: storage)
+        #expect(Self.localRootCount(first) == 0)
+        let directory = try Self.identity(root + "/etc/ssl/certs")
+        #expect(Self.linkNames(storage, directory) == ["c.pem"])
+
+        for index in 0...HostFileSystem.directoryEntryLimit {
+            try DeviceFixtures.write("", to: root + "/usr/share/ca-certificates/mozilla/filler\(index).crt")
+        }
+        #expect(try Self.identity(root + "/etc/ssl/certs") == directory)
+        let after = try Self.runAgreeing(root, storage: storage)
+        // Nothing is packaged now: the bundle's two roots and the link's are all local.
+        #expect(Self.localRootCount(after) == 3)
+        #expect(after.signals["tls.oversized_trust_files"] == .strings(["/usr/share/ca-certificates/mozilla"]))
+    }
+
+    /// The identities of a --root tree's files say nothing of another tree's: such a run keeps no cache, while a run
+    /// over this host's own files does.
+    @Test func aRunOverARootTreeKeepsNoCache() throws {
+        for (root, kept) in [(try Self.trustTree().root, false), ("/", true)] {
+            let state = try TestPaths.temporaryDirectory("trust-store-state")
+            #expect(chmod(state, 0o700) == 0)
+            let fingerly = try Fingerly.loadBlocking(apiKey: nil, consent: .granted,
+                                                     options: FingerlyOptions(root: root, stateDirectory: state))
+            let report = try fingerly.runBlocking(tag: nil, tiers: Set(Tier.allCases), only: ["trust-store"])
+            #expect(report.probes.contains { $0.id == "trust-store" })
+            let names = try HostFileSystem().listDirectory(state)
+            #expect(names.contains(TrustStoreCacheFile.fileName) == kept, "root \(root): \(names)")
+        }
     }
 
     // MARK: the file in the state directory

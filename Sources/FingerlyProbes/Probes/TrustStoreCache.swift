@@ -25,8 +25,9 @@ extension TrustStoreCacheStorage {
 /// (device, inode, size, modification and change times), so that an unchanged file is neither
 /// read nor parsed again. Only SHA-256 fingerprints of certificates are kept, and only of the
 /// distribution's packaged roots and of trusted files whose every certificate is one of them;
-/// and, by a directory's identity, the names in it that are links to packaged files: no name of
-/// anything else, no path, nothing of a locally added root.
+/// and, by a directory's identity, the names in it that are links to packaged files with their
+/// targets: no name of anything else, nothing of a locally added root. A kept link is judged again
+/// each run, by what that run read of the packaged files: the cache saves reading it, not judging it.
 ///
 /// The file is written by this user into a directory nobody else may write, but it is read back
 /// as untrusted input all the same: one malformed byte and the whole cache is ignored (and
@@ -38,12 +39,15 @@ extension TrustStoreCacheStorage {
 package final class TrustStoreCache {
     /// How old a file's change time must be before what was read from it is kept.
     package static let settlingSeconds: Int64 = 2
-    package static let header = "fingerly trust-store cache 2"
-    package static let byteLimit = 2 * 1024 * 1024
+    package static let header = "fingerly trust-store cache 3"
+    package static let byteLimit = 4 * 1024 * 1024
     package static let entryLimit = 4_096
     package static let fingerprintLimit = 16_384
-    /// Link names kept, over all directories.
-    package static let linkNameLimit = 4_096
+    /// Links kept, over all directories, and the bytes of their names and targets: what a file may hold beside the
+    /// fingerprints (about 1 MiB at most) and the identities (about 0.6 MiB) within `byteLimit`.
+    package static let linkLimit = 4_096
+    package static let linkByteLimit = 2 * 1024 * 1024
+    package static let linkTargetLimit = 1_024
 
     package struct Entry: Sendable, Hashable {
         package let fingerprints: [String]
@@ -58,10 +62,10 @@ package final class TrustStoreCache {
     }
 
     /// What one cache file holds: files by identity, and directories by identity with the names in them
-    /// that are links to packaged files.
+    /// that were links to packaged files, each with its target.
     package struct Contents: Equatable {
         package var files: [FileIdentity: Entry] = [:]
-        package var directories: [FileIdentity: Set<String>] = [:]
+        package var directories: [FileIdentity: [String: String]] = [:]
         package init() {}
         var lines: Int { files.count + directories.count }
     }
@@ -70,7 +74,8 @@ package final class TrustStoreCache {
     /// What this run used or learned: the next file, so that files gone from the host leave it.
     private var kept = Contents()
     private var keptFingerprints = 0
-    private var keptLinkNames = 0
+    private var keptLinks = 0
+    private var keptLinkBytes = 0
     /// Files changed at or after this second are not kept.
     private let unsettledFrom: Int64
 
@@ -109,18 +114,23 @@ package final class TrustStoreCache {
         keep(identity, Entry(fingerprints: fingerprints, scannedAllPackaged: scannedAllPackaged || earlier))
     }
 
-    /// The names a directory of this identity held that were links to packaged files.
-    package func packagedLinks(of identity: FileIdentity) -> Set<String>? {
-        guard let names = kept.directories[identity] ?? loaded.directories[identity] else { return nil }
-        keep(identity, links: names)
-        return names
+    /// The links to packaged files a directory of this identity held, name to target. Not kept for the next run
+    /// until `rememberLinks` says which of them still are.
+    package func packagedLinks(of identity: FileIdentity) -> [String: String]? {
+        kept.directories[identity] ?? loaded.directories[identity]
     }
 
-    /// Only names the file can hold are kept (printable ASCII without space or "/", not "-"); any other is
-    /// left out, and so read again each run.
-    package func rememberLinks(_ identity: FileIdentity, names: Set<String>) {
+    /// Only what the file can hold is kept (a name of printable ASCII without space or "/", not "-"; a target of
+    /// printable ASCII without space); any other link is left out, and so read again each run.
+    /// Filtered before the names become keys: String keys take canonically equivalent names as one, and
+    /// ASCII names only as the same bytes.
+    package func rememberLinks(_ identity: FileIdentity, links: [(name: String, target: String)]) {
         guard identity.changedSeconds < unsettledFrom else { return }
-        keep(identity, links: names.filter { Self.isKeepableName($0.utf8) })
+        var keepable: [String: String] = [:]
+        for link in links where Self.isKeepableName(link.name.utf8) && Self.isKeepableTarget(link.target.utf8) {
+            keepable[link.name] = link.target
+        }
+        keep(identity, links: keepable)
     }
 
     private func lookUp(_ identity: FileIdentity) -> Entry? { kept.files[identity] ?? loaded.files[identity] }
@@ -136,14 +146,19 @@ package final class TrustStoreCache {
         keptFingerprints = total
     }
 
-    private func keep(_ identity: FileIdentity, links names: Set<String>) {
+    private func keep(_ identity: FileIdentity, links: [String: String]) {
         guard Self.isWritable(identity) else { return }
-        let before = kept.directories[identity]?.count
-        let total = keptLinkNames - (before ?? 0) + names.count
-        guard total <= Self.linkNameLimit, before != nil || kept.lines < Self.entryLimit,
+        let before = kept.directories[identity]
+        let total = keptLinks - (before?.count ?? 0) + links.count
+        let bytes = keptLinkBytes - (before.map(Self.linkBytes) ?? 0) + Self.linkBytes(links)
+        guard total <= Self.linkLimit, bytes <= Self.linkByteLimit, before != nil || kept.lines < Self.entryLimit,
               kept.files[identity] == nil else { return }
-        kept.directories[identity] = names
-        keptLinkNames = total
+        kept.directories[identity] = links
+        (keptLinks, keptLinkBytes) = (total, bytes)
+    }
+
+    private static func linkBytes(_ links: [String: String]) -> Int {
+        links.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
     }
 
     /// The parser takes seconds from -Int64.max: a time at Int64.min (which tmpfs lets anyone set) is not kept.
@@ -156,10 +171,14 @@ package final class TrustStoreCache {
             && name.allSatisfy { (0x21...0x7e).contains($0) && $0 != UInt8(ascii: "/") }
     }
 
+    private static func isKeepableTarget(_ target: some Collection<UInt8>) -> Bool {
+        (1...linkTargetLimit).contains(target.count) && target.allSatisfy { (0x21...0x7e).contains($0) }
+    }
+
     /// The file: the header, one line per file ("S" or "F", the seven identity numbers, the
-    /// fingerprints joined by commas or "-" for none) and per directory ("L", the seven numbers, the
-    /// link names joined by "/" or "-" for none), and "end" with the number of lines, so a file cut
-    /// short is told from a whole one.
+    /// fingerprints joined by commas or "-" for none) and per directory ("L", the seven numbers, each
+    /// link as its name, "/" and its target, joined by spaces, or "-" for none), and "end" with the number
+    /// of lines, so a file cut short is told from a whole one. A name holds no "/" and neither holds a space.
     package func serialized() -> [UInt8] {
         var text = Self.header + "\n"
         func line(_ kind: String, _ identity: FileIdentity, _ list: [String], separator: String) {
@@ -175,7 +194,8 @@ package final class TrustStoreCache {
             line(entry.scannedAllPackaged ? "S" : "F", identity, entry.fingerprints, separator: ",")
         }
         for identity in kept.directories.keys.sorted(by: inOrder) {
-            line("L", identity, (kept.directories[identity] ?? []).sorted(), separator: "/")
+            let links = (kept.directories[identity] ?? [:]).sorted { Array($0.key.utf8).lexicographicallyPrecedes($1.key.utf8) }
+            line("L", identity, links.map { $0.key + "/" + $0.value }, separator: " ")
         }
         text += "end \(kept.lines)\n"
         return Array(text.utf8)
@@ -189,7 +209,7 @@ package final class TrustStoreCache {
             var reader = LineReader(bytes: buffer)
             guard reader.take(header.utf8), reader.take(UInt8(ascii: "\n")) else { return nil }
             var contents = Contents()
-            var fingerprintTotal = 0, nameTotal = 0
+            var fingerprintTotal = 0, linkTotal = 0, linkBytes = 0
             while !reader.take("end ".utf8) {
                 guard contents.lines < entryLimit, let kind = reader.byte(), reader.take(UInt8(ascii: " ")) else {
                     return nil
@@ -211,7 +231,7 @@ package final class TrustStoreCache {
                     modifiedSeconds: signs[3] ? -Int64(numbers[3]) : Int64(numbers[3]), modifiedNanoseconds: UInt32(numbers[4]),
                     changedSeconds: signs[5] ? -Int64(numbers[5]) : Int64(numbers[5]), changedNanoseconds: UInt32(numbers[6]))
                 guard contents.files[identity] == nil, contents.directories[identity] == nil,
-                      let list = reader.list(separator: kind == UInt8(ascii: "L") ? UInt8(ascii: "/") : UInt8(ascii: ","))
+                      let list = reader.list(separator: kind == UInt8(ascii: "L") ? UInt8(ascii: " ") : UInt8(ascii: ","))
                 else { return nil }
                 switch kind {
                 case UInt8(ascii: "S"), UInt8(ascii: "F"):
@@ -227,15 +247,18 @@ package final class TrustStoreCache {
                     }
                     contents.files[identity] = Entry(fingerprints: fingerprints, scannedAllPackaged: kind == UInt8(ascii: "S"))
                 case UInt8(ascii: "L"):
-                    var names: Set<String> = []
+                    var links: [String: String] = [:]
                     for item in list {
-                        guard isKeepableName(item), names.insert(String(decoding: item, as: UTF8.self)).inserted else {
-                            return nil
-                        }
+                        guard let slash = item.firstIndex(of: UInt8(ascii: "/")) else { return nil }
+                        let name = item[..<slash], target = item[(slash + 1)...]
+                        guard isKeepableName(name), isKeepableTarget(target),
+                              links.updateValue(String(decoding: target, as: UTF8.self),
+                                                forKey: String(decoding: name, as: UTF8.self)) == nil else { return nil }
+                        linkBytes += name.count + target.count
                     }
-                    nameTotal += names.count
-                    guard nameTotal <= linkNameLimit else { return nil }
-                    contents.directories[identity] = names
+                    linkTotal += links.count
+                    guard linkTotal <= linkLimit, linkBytes <= linkByteLimit else { return nil }
+                    contents.directories[identity] = links
                 default: return nil
                 }
             }

@@ -33,14 +33,21 @@ package struct TrustStore {
     let packagedCount: Int
     let localRoots: [LocalRoot]
 
-    /// Whether a link's text names a file of the packaged directory itself, `/usr/share/ca-certificates/mozilla/NAME.crt`
-    /// with no "/" in NAME: what the packaged listing reads. A subdirectory is read by nobody here, and a climb with
-    /// ".." can lead anywhere. As bytes: String comparison takes canonically equivalent text as equal.
-    static func isPackagedFile(_ target: String) -> Bool {
+    /// Whether a link's text is `/usr/share/ca-certificates/mozilla/NAME` for a NAME this run's packaged listing
+    /// read (`read`): a file it did not read, in a subdirectory, past a climb with "..", or cut from a listing too
+    /// long, is judged by nobody unless the link is read. As bytes: String comparison takes canonically equivalent
+    /// text as equal, and Character comparison a name with a combining mark after ".crt" as not ending in it.
+    static func isPackagedFile(_ target: String, read: Set<[UInt8]>) -> Bool {
         let prefix = Array((packaged + "/").utf8), bytes = Array(target.utf8)
-        guard bytes.starts(with: prefix) else { return false }
-        let name = bytes.dropFirst(prefix.count)
-        return name.count > 4 && name.suffix(4).elementsEqual(".crt".utf8) && !name.contains(UInt8(ascii: "/"))
+        return bytes.starts(with: prefix) && read.contains(Array(bytes.dropFirst(prefix.count)))
+    }
+
+    /// `name` ends with `suffix` byte for byte, as a shell pattern `*.crt` matches: String's `hasSuffix` compares
+    /// Characters, and "a.crt" followed by a combining mark (or U+0600, which joins what follows) does not end with
+    /// ".crt" to it.
+    static func hasSuffix(_ name: String, _ suffix: StaticString) -> Bool {
+        let tail = UnsafeBufferPointer(start: suffix.utf8Start, count: suffix.utf8CodeUnitCount)
+        return name.utf8.count >= tail.count && name.utf8.suffix(tail.count).elementsEqual(tail)
     }
 
     /// OpenSSL's name for a certificate in a hashed directory: eight lower-case hex digits of its subject's hash, a
@@ -78,17 +85,20 @@ package struct TrustStore {
         let cache = context.trustStoreCacheStorage.map { storage in
             TrustStoreCache(contents: storage.load(), now: storage.currentSeconds())
         }
-        /// The packaged roots' files only: what the cache keeps must be public.
-        func packagedFingerprints(_ path: String) throws(ProbeFailure) -> [String] {
-            guard let cache else { return try fingerprints(path) }
+        /// The packaged roots' files only: what the cache keeps must be public. Nil: not read.
+        func packagedFingerprints(_ path: String) throws(ProbeFailure) -> [String]? {
+            guard let cache else {
+                guard let contents = bytes(path) else { return nil }
+                return try fingerprints(path, of: contents)?.fingerprints
+            }
             let outcome = context.attemptIfPresent { () throws(HostReadError) in
                 try host.readWhole(path, limit: Self.fileLimit) { cache.fingerprints(of: $0) }
             }
             switch outcome {
-            case nil: return []
+            case nil: return nil
             case .known(let known)?: return known
             case .read(let contents, let identity)?:
-                guard let found = try fingerprints(path, of: contents) else { return [] }
+                guard let found = try fingerprints(path, of: contents) else { return nil }
                 if !found.isCut {
                     cache.remember(identity, fingerprints: found.fingerprints, scannedAllPackaged: false)
                 }
@@ -97,23 +107,31 @@ package struct TrustStore {
         }
 
         var packaged: Set<String> = []
+        // The packaged files read and fingerprinted this run, by name: the only ones a link may lead to unread.
+        var packagedRead: Set<[UInt8]> = []
+        let isCertificateName: (String) -> Bool = { Self.hasSuffix($0, ".crt") }
         // With a cache, each file is first recognised by its status within the listed directory: most are known.
+        // The whole directory or none of it: a listing cut short would leave links to the rest unjudged.
         let packagedFiles = context.attemptIfPresent { () throws(HostReadError) -> [(name: String, known: [String]?)] in
-            guard let cache else { return try host.listDirectory(Self.packaged).map { ($0, nil) } }
-            return try host.listKnown(Self.packaged, keeping: { $0.hasSuffix(".crt") }, limit: Self.fileLimit) {
+            guard let cache else {
+                return try host.listWholeDirectory(Self.packaged, keeping: isCertificateName).map { ($0, nil) }
+            }
+            return try host.listKnown(Self.packaged, keeping: isCertificateName, limit: Self.fileLimit) {
                 cache.fingerprints(of: $0)
             }
         }
-        for (name, known) in packagedFiles ?? [] where name.hasSuffix(".crt") {
-            if let known { packaged.formUnion(known) } else {
-                packaged.formUnion(try packagedFingerprints(Self.packaged + "/" + name))
-            }
+        for (name, known) in packagedFiles ?? [] {
+            let read: [String]? = if let known { known } else { try packagedFingerprints(Self.packaged + "/" + name) }
+            guard let found = read else { continue }
+            packaged.formUnion(found)
+            packagedRead.insert(Array(name.utf8))
         }
         var local: Set<String> = []
         func addLocal(_ directory: String, depth: Int) throws(ProbeFailure) {
-            for name in context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory(directory) }) ?? [] {
+            let names = context.attemptIfPresent { () throws(HostReadError) in try host.listWholeDirectory(directory, keeping: nil) }
+            for name in names ?? [] {
                 let path = directory + "/" + name
-                if name.hasSuffix(".crt") { local.formUnion(try fingerprints(path)) }
+                if isCertificateName(name) { local.formUnion(try fingerprints(path)) }
                 // Listing a file that is no directory is ENOTDIR, which attemptIfPresent takes as absent.
                 else if depth < 3 { try addLocal(path, depth: depth + 1) }
             }
@@ -136,7 +154,7 @@ package struct TrustStore {
         // The *.pem files, and the hash-named entries (HHHHHHHH.N) through which OpenSSL's directory lookup
         // (CApath) trusts a certificate whether or not the bundle holds it. With a cache, the links to packaged files
         // a directory of this identity held are not read again.
-        let trusted: (String) -> Bool = { $0.hasSuffix(".pem") || Self.isHashName($0) }
+        let trusted: (String) -> Bool = { Self.hasSuffix($0, ".pem") || Self.isHashName($0) }
         var listing: LinkListing?
         let links: [(name: String, target: Result<String?, HostReadError>)]?
         if let cache {
@@ -149,26 +167,32 @@ package struct TrustStore {
                 try host.listLinks(Self.certificateDirectory, keeping: trusted)
             }
         }
-        var packagedLinks = listing?.judged ?? []
-        var readLocally: Set<String> = []
+        // The links the cache knew are judged again with the rest: the packaged file each names may be gone.
+        let known = (listing?.judged ?? [:]).map { (name: $0.key, target: Result<String?, HostReadError>.success($0.value)) }
+        var packagedLinks: [(name: String, target: String)] = []
+        var packagedLinkNames: Set<[UInt8]> = []
+        var readLocally: Set<[UInt8]> = []
         // The *.pem first: a hash name's link to one of them is judged by what that one is.
-        let ordered = (links ?? []).filter { !Self.isHashName($0.name) } + (links ?? []).filter { Self.isHashName($0.name) }
+        let all = (links ?? []) + known
+        let ordered = all.filter { !Self.isHashName($0.name) } + all.filter { Self.isHashName($0.name) }
         for (name, target) in ordered {
             switch target {
-            case .success(let target?) where Self.isPackagedFile(target) || packagedLinks.contains(target):
-                packagedLinks.insert(name)
+            case .success(let target?) where Self.isPackagedFile(target, read: packagedRead)
+                || packagedLinkNames.contains(Array(target.utf8)):
+                packagedLinks.append((name, target))
+                packagedLinkNames.insert(Array(name.utf8))
                 continue
             // A hash name's link to a *.pem beside it that is read under its own name. Not kept in the cache: a
             // hash name is its certificate's subject hash, something of a local root.
-            case .success(let target?) where Self.isHashName(name) && readLocally.contains(target): continue
+            case .success(let target?) where Self.isHashName(name) && readLocally.contains(Array(target.utf8)): continue
             case .success: break
             // A link that could not be read is read as a file: it may hold anything.
             case .failure(let error): context.record(error)
             }
-            if !Self.isHashName(name) { readLocally.insert(name) }
+            if !Self.isHashName(name) { readLocally.insert(Array(name.utf8)) }
             sources.append(Self.certificateDirectory + "/" + name)
         }
-        if let cache, let listing { cache.rememberLinks(listing.identity, names: packagedLinks) }
+        if let cache, let listing { cache.rememberLinks(listing.identity, links: packagedLinks) }
 
         var seen: Set<String> = []
         var roots: [LocalRoot] = []
@@ -291,6 +315,11 @@ package struct TrustStoreProbe: Probe {
         // libcrypto is opened only for what canonical PEM of packaged roots does not cover: describing a
         // local root, or reading text written some other way.
         let host = context.host
+        // A directory with more entries than one listing holds is not judged by a part of it: it is reported as a
+        // file too large is.
+        context.watchedDetails = [HostFileSystem.oversizedDetail(TrustStore.fileLimit),
+                                  HostFileSystem.directoryCutDetail(HostFileSystem.directoryEntryLimit),
+                                  TrustStore.scanCutDetail, TrustStore.fingerprintCutDetail]
         if let store = try TrustStore.read(context) {
             context.emit("tls.trust_store_certificates", store.trustedCount)
             context.emit("tls.packaged_roots", store.packagedCount)
@@ -316,8 +345,7 @@ package struct TrustStoreProbe: Probe {
             context.emit("tls.local_roots", store.localRoots.map { "\(context.personal($0.certificate.subject)) (\($0.source))" })
         }
 
-        let oversized = context.issues.filter { [HostFileSystem.oversizedDetail(TrustStore.fileLimit), TrustStore.scanCutDetail, TrustStore.fingerprintCutDetail].contains($0.detail) }.map(\.path)
-        context.emit("tls.oversized_trust_files", oversized)
+        context.emit("tls.oversized_trust_files", context.watchedPaths)
 
         if let anchors = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/etc/pki/ca-trust/source/anchors") }) {
             context.emit("tls.rhel_anchors", anchors.count)
