@@ -103,7 +103,7 @@ public struct IdentifyResult: Sendable, Codable {
             requestId: UUID().uuidString.lowercased(), visitorId: nil, visitorIsNew: nil, visitorConfidence: nil,
             identifiable: report.identity.hardwareId != nil || report.identity.instanceId != nil,
             duplicate: false, state: state, suspectScore: assessment?.score, suspectLevel: assessment?.level,
-            triggers: assessment?.triggers ?? [], verdicts: verdicts, environment: HostEnvironment(report),
+            triggers: assessment?.triggers ?? [], verdicts: verdicts, environment: HostEnvironment(report, verdicts: verdicts),
             policy: policy.name, report: report, request: request)
     }
 
@@ -117,12 +117,13 @@ public struct IdentifyResult: Sendable, Codable {
     /// A result the server (`enriched`) or this process's engine (`local`) resolved.
     static func resolved(_ answer: IdentifyAnswer, state: State, report: SignalReport, localVerdicts: Verdicts, policy: Policy,
                          request: SubmissionRequest?) -> IdentifyResult {
-        IdentifyResult(
+        let merged = localVerdicts.keepingWhatWasSeenHere(over: answer.verdicts)
+        return IdentifyResult(
             requestId: answer.requestId, visitorId: answer.visitorId, visitorIsNew: answer.visitorIsNew,
             visitorConfidence: answer.visitorConfidence, identifiable: answer.identifiable, duplicate: answer.duplicate,
             state: state, suspectScore: answer.suspectScore, suspectLevel: answer.suspectLevel,
-            triggers: answer.triggers ?? [], verdicts: localVerdicts.keepingWhatWasSeenHere(over: answer.verdicts),
-            environment: HostEnvironment(report),
+            triggers: answer.triggers ?? [], verdicts: merged,
+            environment: HostEnvironment(report, verdicts: merged),
             policy: answer.policy ?? policy.name, report: report, request: request)
     }
 }
@@ -133,10 +134,34 @@ public struct HostEnvironment: Sendable, Codable, Hashable {
     public let cloud: String?
     /// A Xen dom0 is the hypervisor's control domain: a host, not a guest.
     public let xenDom0: Bool
+    /// A virtual machine whose CPU denies the hypervisor (the CPUID bit cleared) while its vendor leaves, firmware,
+    /// devices or modules show one: a guest made to pass for a physical machine.
+    public let hardened: Bool
+    /// The confidential-computing technology of a virtual machine guest (`tdx`, `sev-snp`, `sev-es`, `sev`), a
+    /// detail of `virtualization`'s kind; nil on anything else.
+    public let confidential: String?
 
-    init(_ report: SignalReport) {
+    /// The reasons of `virtualization` that say the hypervisor was hidden.
+    static let hiddenHypervisorReasons: Set<String> = ["hypervisor_hidden", "cpuid_vendor_behind_clear_bit"]
+
+    init(_ report: SignalReport, verdicts: Verdicts) {
         cloud = report.signals["dmi.cloud"]?.description
         xenDom0 = report.signals["virt.xen_dom0"] == .bool(true)
+        let virtualization = verdicts[.virtualization]
+        hardened = virtualization.value && virtualization.reasons.contains { Self.hiddenHypervisorReasons.contains($0.code) }
+        let technology = report.signals["cpu.confidential_kind"] ?? report.signals["cpu.confidential_leaf"]
+        confidential = virtualization.value ? technology?.description : nil
+    }
+
+    private enum CodingKeys: String, CodingKey { case cloud, xenDom0, hardened, confidential }
+
+    /// A result written before `hardened` and `confidential` existed still reads.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        cloud = try container.decodeIfPresent(String.self, forKey: .cloud)
+        xenDom0 = try container.decode(Bool.self, forKey: .xenDom0)
+        hardened = try container.decodeIfPresent(Bool.self, forKey: .hardened) ?? false
+        confidential = try container.decodeIfPresent(String.self, forKey: .confidential)
     }
 }
 

@@ -12,6 +12,8 @@ extension IdentifyResult {
             $0.member("environment") { out in
                 out.object {
                     if let cloud = environment.cloud { $0.member("cloud") { $0.string(cloud) } }
+                    if let confidential = environment.confidential { $0.member("confidential") { $0.string(confidential) } }
+                    $0.member("hardened") { $0.bool(environment.hardened) }
                     $0.member("xenDom0") { $0.bool(environment.xenDom0) }
                 }
             }

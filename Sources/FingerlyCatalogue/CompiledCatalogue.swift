@@ -116,8 +116,12 @@ extension ProbeCatalogue {
                 tier: .fast,
                 timeoutMs: 100,
                 startsFirst: nil,
-                description: "Processor model, logical and physical core counts and feature flags from /proc/cpuinfo.",
-                reads: ["/proc/cpuinfo"],
+                description: """
+                    Processor model, logical and physical core counts and feature flags from /proc/cpuinfo; the \
+                    confidential-guest flags and devices (tdx_guest, sev_snp, sev_es, sev; /dev/tdx_guest, \
+                    /dev/sev-guest).
+                    """,
+                reads: ["/proc/cpuinfo", "/dev/tdx_guest", "/dev/sev-guest"],
                 syscalls: [],
                 signals: [
                     SignalSpec(
@@ -175,6 +179,20 @@ extension ProbeCatalogue {
                         entropyBits: nil,
                         entropyNote: nil
                     ),
+                    SignalSpec(
+                        name: "cpu.confidential_kind",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: """
+                            The confidential-computing guest technology the kernel runs under: tdx (flag tdx_guest or \
+                            /dev/tdx_guest), sev-snp (flag sev_snp or /dev/sev-guest), sev-es or sev (their flags)
+                            """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
                 ],
                 identityComponents: [
                     ComponentSpec(
@@ -192,7 +210,9 @@ extension ProbeCatalogue {
                 timeoutMs: 50,
                 startsFirst: nil,
                 description: """
-                    CPUID leaf 1 hypervisor bit and the 0x40000000 vendor leaf. Under --root, replays \
+                    CPUID leaf 1 hypervisor bit, the hypervisor vendor leaves 0x40000000 to 0x40000F00 in steps of \
+                    0x100 (read whether or not the bit is set; behind a clear bit only an exact vendor of the table \
+                    within its own leaf range counts) and leaf 0x21 (Intel TDX). Under --root, replays \
                     <root>/.fingerly/cpuid.json and is skipped without it.
                     """,
                 reads: ["/.fingerly/cpuid.json"],
@@ -214,7 +234,9 @@ extension ProbeCatalogue {
                         type: "string",
                         class: .hardware,
                         stability: "hardware",
-                        description: "CPUID 0x40000000 vendor string",
+                        description: """
+                            The vendor string at 0x40000000 (or, when it names none, the lowest leaf that names one)
+                            """,
                         personal: nil,
                         personalPaths: nil,
                         entropyBits: nil,
@@ -225,7 +247,36 @@ extension ProbeCatalogue {
                         type: "string",
                         class: .hardware,
                         stability: "hardware",
-                        description: "Hypervisor named by the vendor string (detection table cpuidHypervisorVendors)",
+                        description: """
+                            Hypervisor named by the highest vendor leaf the table knows (detection table \
+                            cpuidHypervisorVendors), as virt-what takes it: KVM and Xen answer at 0x40000100 behind a \
+                            Hyper-V interface
+                            """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "cpu.hypervisor_leaves",
+                        type: "strings",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: "Every vendor leaf that answered: the leaf in hexadecimal and its vendor string",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "cpu.hypervisor_hidden",
+                        type: "bool",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: """
+                            Reported when the hypervisor bit is clear: whether a vendor leaf names a hypervisor all \
+                            the same (QEMU's -cpu host,-hypervisor keeps KVM's leaf)
+                            """,
                         personal: nil,
                         personalPaths: nil,
                         entropyBits: nil,
@@ -241,6 +292,17 @@ extension ProbeCatalogue {
                             hypervisor bit as its guests; false when CPUID was read and names another hypervisor or \
                             none
                             """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "cpu.confidential_leaf",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: "'tdx' when leaf 0x21 answers 'IntelTDX    ' (an Intel TDX guest)",
                         personal: nil,
                         personalPaths: nil,
                         entropyBits: nil,
@@ -470,7 +532,9 @@ extension ProbeCatalogue {
                 startsFirst: nil,
                 description: """
                     Firmware vendor strings, world-readable in sysfs, with product and BIOS versions and the root-only \
-                    SMBIOS VM bit; the hypervisor or cloud they name (a cloud's bare-metal product is not a VM).
+                    SMBIOS VM bit; the hypervisor or cloud they name (a cloud's bare-metal product is not a VM). A \
+                    table row matches when its pattern begins a string as a word (case-insensitive, no letter after \
+                    it), as systemd matches prefixes; rows marked match: contains are found anywhere.
                     """,
                 reads: [
                     "/sys/class/dmi/id/sys_vendor",
@@ -481,6 +545,10 @@ extension ProbeCatalogue {
                     "/sys/class/dmi/id/product_version",
                     "/sys/class/dmi/id/bios_version",
                     "/sys/firmware/dmi/entries/0-0/raw",
+                    "/sys/class/dmi/id/chassis_vendor",
+                    "/sys/class/dmi/id/board_name",
+                    "/sys/class/dmi/id/product_family",
+                    "/sys/class/dmi/id/product_sku",
                 ],
                 syscalls: [],
                 signals: [
@@ -612,6 +680,52 @@ extension ProbeCatalogue {
                             SMBIOS BIOS characteristics extension byte 2, bit 4: the firmware says this is a virtual \
                             machine (root-only raw table)
                             """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "dmi.chassis_vendor",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: """
+                            Chassis vendor (matched against the dmiVendors table, not part of the model identity)
+                            """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "dmi.board_name",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: "Board name (matched against the dmiVendors table)",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "dmi.product_family",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: "Product family (matched against the dmiVendors table)",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "dmi.product_sku",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: "Product SKU (matched against the dmiVendors table)",
                         personal: nil,
                         personalPaths: nil,
                         entropyBits: nil,
@@ -1504,7 +1618,10 @@ extension ProbeCatalogue {
                 tier: .deferred,
                 timeoutMs: 400,
                 startsFirst: nil,
-                description: "PCI devices: vendor and device, subsystem ids, class, driver.",
+                description: """
+                    PCI devices: vendor and device, subsystem ids, class, driver; ids only virtual hardware carries \
+                    (detection tables pciVirtualDevices and pciVirtualSubsystems).
+                    """,
                 reads: [
                     "/sys/bus/pci/devices",
                     "/sys/bus/pci/devices/*",
@@ -1549,6 +1666,31 @@ extension ProbeCatalogue {
                         entropyBits: nil,
                         entropyNote: nil
                     ),
+                    SignalSpec(
+                        name: "pci.virtual_devices",
+                        type: "strings",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: """
+                            The vendor:device ids (or 'sub' and the subsystem ids) that only virtual hardware carries; \
+                            reported only when one is present
+                            """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "pci.virtual_device_kind",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: "Hypervisor the first such id names",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
                 ],
                 identityComponents: [
                     ComponentSpec(
@@ -1570,7 +1712,9 @@ extension ProbeCatalogue {
                 startsFirst: nil,
                 description: """
                     USB devices: vendor and product, position on the bus, removability; serials hashed. Never an \
-                    identity component: plugging a stick in must not move an identifier.
+                    identity component: plugging a stick in must not move an identifier. The ids and product strings \
+                    of emulated USB devices (detection tables usbVirtualDevices, usbVirtualProducts) name their \
+                    emulator.
                     """,
                 reads: [
                     "/sys/bus/usb/devices",
@@ -1619,6 +1763,20 @@ extension ProbeCatalogue {
                             often sequential per product, some a fixed string.
                             """
                     ),
+                    SignalSpec(
+                        name: "usb.virtual_device_kind",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: """
+                            Emulator named by the first USB device whose ids or product string only it attaches (QEMU \
+                            USB Tablet, VirtualBox USB)
+                            """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
                 ],
                 identityComponents: nil,
                 falsePositiveNotes: nil
@@ -1628,7 +1786,11 @@ extension ProbeCatalogue {
                 tier: .deferred,
                 timeoutMs: 400,
                 startsFirst: nil,
-                description: "Disks: model, vendor, size, rotational, removable, transport; serials and WWNs hashed.",
+                description: """
+                    Disks: model, vendor, size, rotational, removable, transport; serials and WWNs hashed. A fixed \
+                    disk's vendor and model (detection table diskModels) or its serial's shape (diskSerialShapes, \
+                    matched before hashing: only the emulator's name is reported) can name an emulator.
+                    """,
                 reads: [
                     "/sys/class/block",
                     "/sys/class/block/*",
@@ -1689,6 +1851,34 @@ extension ProbeCatalogue {
                             NAA-5 WWN: the manufacturer's 24-bit OUI (known from the model) and a 36-bit vendor field, \
                             usually sequential: 36 bits or fewer.
                             """
+                    ),
+                    SignalSpec(
+                        name: "block.virtual_disk_kind",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: """
+                            Emulator whose disk vendor and model a fixed disk carries (QEMU HARDDISK, VBOX HARDDISK, \
+                            VMware Virtual disk)
+                            """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "block.emulated_disk_serial_kind",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: """
+                            Emulator whose serial shape a fixed disk has (QEMU's QM000nn, VirtualBox's \
+                            VBxxxxxxxx-xxxxxxxx); the serial itself is never reported
+                            """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
                     ),
                 ],
                 identityComponents: [
@@ -1969,9 +2159,10 @@ extension ProbeCatalogue {
                 description: """
                     Xen interfaces (dom0 versus guest by feature bit or capabilities, xen bus without xen-backend), \
                     /sys/hypervisor/type, device-tree hypervisor, PowerVM and QEMU nodes, /proc/sysinfo (z/VM, KVM, \
-                    LPAR), POWER lparcfg and cpuinfo (Lx86, UML, QEMU), SPARC mdesc, ACPI table OEM ids (root-only), \
-                    the VM generation counter, clocksources, guest driver modules and paravirtual buses (table \
-                    hypervisorMarkers).
+                    LPAR), POWER lparcfg and cpuinfo (Lx86, UML, QEMU), SPARC mdesc, ACPI table OEM ids, OEM table ids \
+                    and creator ids (root-only; detection tables acpiOemIds, acpiTableIdPrefixes, acpiCreatorIds), the \
+                    QEMU fw_cfg device (ACPI QEMU0002, /sys/firmware/qemu_fw_cfg), the VM generation counter, \
+                    clocksources, guest driver modules and paravirtual buses (table hypervisorMarkers).
                     """,
                 reads: [
                     "/proc/xen",
@@ -1996,6 +2187,7 @@ extension ProbeCatalogue {
                     "/proc/device-tree/ibm,partition-name",
                     "/proc/device-tree/hmc-managed?",
                     "/proc/device-tree/chosen/qemu,graphic-width",
+                    "/sys/firmware/qemu_fw_cfg",
                 ],
                 syscalls: [],
                 signals: [
@@ -2074,6 +2266,56 @@ extension ProbeCatalogue {
                         entropyNote: nil
                     ),
                     SignalSpec(
+                        name: "virt.acpi_table_ids",
+                        type: "strings",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: "The distinct OEM table ids (bytes 16..23) of the ACPI table headers",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "virt.acpi_creator_ids",
+                        type: "strings",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: "The distinct creator ids (bytes 28..31) of the ACPI table headers",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "virt.acpi_id_kind",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: """
+                            Hypervisor an OEM table id prefix or a creator id names (QEMU writes BXPC there even when \
+                            the OEM id is patched)
+                            """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "virt.qemu_fw_cfg",
+                        type: "bool",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: """
+                            QEMU's firmware configuration device is present (ACPI device QEMU0002 or \
+                            /sys/firmware/qemu_fw_cfg); reported only when true
+                            """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
                         name: "virt.vm_generation_counter",
                         type: "bool",
                         class: .hardware,
@@ -2136,6 +2378,97 @@ extension ProbeCatalogue {
                     """
                         A VM host (virbr0, vboxnet0, kvm modules) or a Xen dom0 is not a guest: none of those \
                         host-side markers is read as guest evidence, and dom0 is reported as xenDom0.
+                        """,
+                ]
+            ),
+            Entry(
+                id: "vm-exit-timing",
+                tier: .deferred,
+                timeoutMs: 100,
+                startsFirst: nil,
+                description: """
+                    Times 64 runs of CPUID leaf 0, which every x86 hypervisor intercepts, against as many of nine \
+                    LFENCEs, which none does, in TSC ticks, alternating; reports the medians, the 10th-to-90th \
+                    percentile spreads and their ratio. Suspects a VM exit when the CPUID median is at least 750 ticks \
+                    and 8 times the fences'. Noisy (preemption, SMIs, TSC offsetting): the policy lets it only \
+                    corroborate, at low confidence. Under --root, replays <root>/.fingerly/timing.json and is skipped \
+                    without it.
+                    """,
+                reads: ["/.fingerly/timing.json"],
+                syscalls: ["cpuid and rdtsc instructions (x86 only, live host only)"],
+                signals: [
+                    SignalSpec(
+                        name: "timing.cpuid_median_ticks",
+                        type: "int",
+                        class: .hardware,
+                        stability: "process",
+                        description: "Median TSC ticks of one CPUID leaf 0",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "timing.cpuid_spread_ticks",
+                        type: "int",
+                        class: .hardware,
+                        stability: "process",
+                        description: "Ticks from the 10th to the 90th percentile of the CPUID samples",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "timing.baseline_median_ticks",
+                        type: "int",
+                        class: .hardware,
+                        stability: "process",
+                        description: "Median TSC ticks of nine LFENCEs",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "timing.baseline_spread_ticks",
+                        type: "int",
+                        class: .hardware,
+                        stability: "process",
+                        description: "Ticks from the 10th to the 90th percentile of the fence samples",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "timing.cpuid_to_baseline_ratio",
+                        type: "int",
+                        class: .hardware,
+                        stability: "process",
+                        description: "The CPUID median over the fence median, rounded down",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "timing.cpuid_exit_suspected",
+                        type: "bool",
+                        class: .hardware,
+                        stability: "process",
+                        description: "Whether the CPUID median is at least 750 ticks and 8 times the fence median",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                ],
+                identityComponents: nil,
+                falsePositiveNotes: [
+                    """
+                        Emulators and binary translators (valgrind, FEX, qemu-user) make CPUID slow without a \
+                        hypervisor; the timing alone is never a verdict.
                         """,
                 ]
             ),

@@ -256,6 +256,75 @@ extension DetectionTables {
             "r2",
             "edb",
         ]),
+        "diskModels": .patterns([
+            PatternRow(
+                pattern: "QEMU HARDDISK",
+                kind: "qemu",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "QEMU DVD-ROM",
+                kind: "qemu",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "QEMU CD-ROM",
+                kind: "qemu",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "QEMU NVMe Ctrl",
+                kind: "qemu",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "VBOX HARDDISK",
+                kind: "virtualbox",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "VBOX CD-ROM",
+                kind: "virtualbox",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "VMware Virtual disk",
+                kind: "vmware",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "VMware Virtual S",
+                kind: "vmware",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "VMware Virtual SATA",
+                kind: "vmware",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "Msft Virtual Disk",
+                kind: "hyperv",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "Virtual HD",
+                kind: "hyperv",
+                presentAttributes: ["kind", "pattern"]
+            ),
+        ]),
+        "diskSerialShapes": .patterns([
+            PatternRow(
+                pattern: "QM000##",
+                kind: "qemu",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "VB########-########",
+                kind: "virtualbox",
+                presentAttributes: ["kind", "pattern"]
+            ),
+        ]),
         "dlopenPlugins": .strings([
             "/gconv/",
             "libnss_",
@@ -293,7 +362,8 @@ extension DetectionTables {
                 kind: "xen",
                 cloud: "aws",
                 fields: ["bios_version"],
-                presentAttributes: ["cloud", "fields", "kind", "pattern"]
+                match: "contains",
+                presentAttributes: ["cloud", "fields", "kind", "match", "pattern"]
             ),
             PatternRow(
                 pattern: "Google Compute Engine",
@@ -305,7 +375,8 @@ extension DetectionTables {
                 pattern: "Alibaba Cloud",
                 kind: "kvm",
                 cloud: "alibaba",
-                presentAttributes: ["cloud", "kind", "pattern"]
+                smbiosVMBitDecides: true,
+                presentAttributes: ["cloud", "kind", "pattern", "smbiosVMBitDecides"]
             ),
             PatternRow(
                 pattern: "RHEV Hypervisor",
@@ -444,7 +515,8 @@ extension DetectionTables {
                 requires: [
                     "sys_vendor": "HITACHI",
                 ],
-                presentAttributes: ["fields", "kind", "pattern", "requires"]
+                match: "contains",
+                presentAttributes: ["fields", "kind", "match", "pattern", "requires"]
             ),
             PatternRow(
                 pattern: "Red Hat",
@@ -454,6 +526,12 @@ extension DetectionTables {
             ),
         ]),
         "hypervisorMarkers": .group([
+            "acpiCreatorIds": .mapping([
+                "BXPC": "qemu",
+                "FCAT": "firecracker",
+                "HVML": "xen",
+                "RVAT": "cloud-hypervisor",
+            ]),
             "acpiOemIds": .mapping([
                 "BHYVE": "bhyve",
                 "BOCHS": "qemu",
@@ -466,6 +544,11 @@ extension DetectionTables {
                 "VMWARE": "vmware",
                 "VRTUAL": "hyperv",
                 "Xen": "xen",
+            ]),
+            "acpiTableIdPrefixes": .mapping([
+                "BXPC": "qemu",
+                "FCVM": "firecracker",
+                "VBOX": "virtualbox",
             ]),
             "clocksources": .patterns([
                 PatternRow(
@@ -503,6 +586,11 @@ extension DetectionTables {
                 PatternRow(
                     pattern: "User Mode Linux",
                     kind: "uml",
+                    presentAttributes: ["kind", "pattern"]
+                ),
+                PatternRow(
+                    pattern: "Common KVM processor",
+                    kind: "kvm",
                     presentAttributes: ["kind", "pattern"]
                 ),
                 PatternRow(
@@ -573,6 +661,51 @@ extension DetectionTables {
                 ),
                 PatternRow(
                     pattern: "virtio_balloon",
+                    kind: "kvm",
+                    presentAttributes: ["kind", "pattern"]
+                ),
+                PatternRow(
+                    pattern: "vmxnet3",
+                    kind: "vmware",
+                    presentAttributes: ["kind", "pattern"]
+                ),
+                PatternRow(
+                    pattern: "vmw_pvscsi",
+                    kind: "vmware",
+                    presentAttributes: ["kind", "pattern"]
+                ),
+                PatternRow(
+                    pattern: "vmwgfx",
+                    kind: "vmware",
+                    presentAttributes: ["kind", "pattern"]
+                ),
+                PatternRow(
+                    pattern: "hv_netvsc",
+                    kind: "hyperv",
+                    presentAttributes: ["kind", "pattern"]
+                ),
+                PatternRow(
+                    pattern: "hv_storvsc",
+                    kind: "hyperv",
+                    presentAttributes: ["kind", "pattern"]
+                ),
+                PatternRow(
+                    pattern: "hv_utils",
+                    kind: "hyperv",
+                    presentAttributes: ["kind", "pattern"]
+                ),
+                PatternRow(
+                    pattern: "vboxsf",
+                    kind: "virtualbox",
+                    presentAttributes: ["kind", "pattern"]
+                ),
+                PatternRow(
+                    pattern: "vboxvideo",
+                    kind: "virtualbox",
+                    presentAttributes: ["kind", "pattern"]
+                ),
+                PatternRow(
+                    pattern: "ptp_kvm",
                     kind: "kvm",
                     presentAttributes: ["kind", "pattern"]
                 ),
@@ -920,6 +1053,21 @@ extension DetectionTables {
             "58:9c:fc": "bhyve",
             "bc:24:11": "proxmox",
         ]),
+        "pciVirtualDevices": .mapping([
+            "1234:1111": "qemu",
+            "1414:5353": "hyperv",
+            "15ad:0405": "vmware",
+            "15ad:0740": "vmware",
+            "5853:0001": "xen",
+            "8086:5845": "qemu",
+            "80ee:beef": "virtualbox",
+            "80ee:cafe": "virtualbox",
+            "fffd:0101": "xen",
+            "fffe:0710": "vmware",
+        ]),
+        "pciVirtualSubsystems": .mapping([
+            "1af4:1100": "qemu",
+        ]),
         "placeholderSerials": .strings([
             "to be filled by o.e.m.",
             "not specified",
@@ -950,6 +1098,36 @@ extension DetectionTables {
             "/etc/ca-certificates/extracted/tls-ca-bundle.pem",
             "/usr/lib/ssl/cert.pem",
             "/usr/lib/ssl/certs",
+        ]),
+        "usbVirtualDevices": .mapping([
+            "0627:0001": "qemu",
+            "0e0f:0002": "vmware",
+            "0e0f:0003": "vmware",
+            "46f4:0001": "qemu",
+            "80ee:0021": "virtualbox",
+            "80ee:0022": "virtualbox",
+        ]),
+        "usbVirtualProducts": .patterns([
+            PatternRow(
+                pattern: "QEMU USB",
+                kind: "qemu",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "QEMU HID",
+                kind: "qemu",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "VirtualBox USB",
+                kind: "virtualbox",
+                presentAttributes: ["kind", "pattern"]
+            ),
+            PatternRow(
+                pattern: "VMware Virtual USB",
+                kind: "vmware",
+                presentAttributes: ["kind", "pattern"]
+            ),
         ]),
         "virtualDisplayProcesses": .strings(["Xvfb", "Xvnc", "Xdummy", "xpra", "Xephyr"]),
     ])

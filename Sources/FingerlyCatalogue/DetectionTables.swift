@@ -37,11 +37,13 @@ package struct DetectionTables: Sendable, Equatable {
         package var product: String = ""
         /// "interception tool" or "corporate TLS inspection": users treat them differently.
         package var category: String = ""
+        /// How a DMI row's pattern is found: "contains" anywhere; by default it begins the string as a word.
+        package var match: String? = nil
 
         /// Attribute names a row may carry. An unknown one is refused at load: a misspelt
         /// `requries` would otherwise be ignored and the row would match more than meant.
         package static let attributeNames: Set<String> = ["pattern", "kind", "cloud", "fields", "requires", "excludes",
-                                                          "smbiosVMBitDecides", "product", "category"]
+                                                          "smbiosVMBitDecides", "product", "category", "match"]
         /// Attributes present in the data, for the shape test.
         package var presentAttributes: Set<String> = ["pattern"]
     }
@@ -205,6 +207,10 @@ extension DetectionTables {
         }
         row.product = try string("product") ?? ""
         row.category = try string("category") ?? ""
+        row.match = try string("match")
+        if let match = row.match, match != "contains" {
+            throw LoadError(path: path + ".match", message: "must be \"contains\", not \"\(match)\"")
+        }
         row.presentAttributes = Set(members.keys)
         return row
     }

@@ -6,6 +6,10 @@ package struct CPUIDRegisters: Sendable, Hashable {
     package let ebx: UInt32
     package let ecx: UInt32
     package let edx: UInt32
+
+    package init(eax: UInt32, ebx: UInt32, ecx: UInt32, edx: UInt32) {
+        (self.eax, self.ebx, self.ecx, self.edx) = (eax, ebx, ecx, edx)
+    }
 }
 
 package enum CPUID {

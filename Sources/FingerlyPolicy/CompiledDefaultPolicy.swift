@@ -1761,6 +1761,41 @@ extension Policy {
                 corroborate: true,
                 rules: [
                     Policy.Rule(
+                        id: "hypervisor_hidden",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "cpu.hypervisor_bit",
+                                test: .equals(.bool(false))
+                            ),
+                            Policy.Condition(
+                                signal: "cpu.hypervisor_vendor_is_xen",
+                                test: .equals(.bool(false))
+                            ),
+                            Policy.Condition(
+                                signal: "virt.xen_guest",
+                                test: .equals(.bool(false))
+                            ),
+                            Policy.Condition(
+                                signal: "virt.platform_kind",
+                                test: .present(false)
+                            ),
+                        ],
+                        confidence: .low,
+                        kind: nil,
+                        kindFrom: nil,
+                        reason: """
+                            CPUID leaf 1 denies a hypervisor that other evidence shows: the hypervisor bit was cleared \
+                            to hide it
+                            """,
+                        template: ReasonTemplate(parts: [
+                            .text("""
+                                CPUID leaf 1 denies a hypervisor that other evidence shows: the hypervisor bit was \
+                                cleared to hide it
+                                """),
+                        ]),
+                        corroboratesOnly: true
+                    ),
+                    Policy.Rule(
                         id: "dmi_names_microvm",
                         conditions: [
                             Policy.Condition(
@@ -1808,6 +1843,39 @@ extension Policy {
                         corroboratesOnly: false
                     ),
                     Policy.Rule(
+                        id: "dmi_vendor_before_paravirtual_cpuid",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "dmi.virtualization_kind",
+                                test: .oneOf([.string("virtualbox"), .string("parallels"), .string("xen")])
+                            ),
+                            Policy.Condition(
+                                signal: "cpu.hypervisor_kind",
+                                test: .oneOf([.string("kvm"), .string("hyperv")])
+                            ),
+                        ],
+                        confidence: .high,
+                        kind: nil,
+                        kindFrom: "dmi.virtualization_kind",
+                        reason: """
+                            The firmware names {value} (DMI sys_vendor '{dmi.sys_vendor}', product \
+                            '{dmi.product_name}'), which offers the paravirtual interface CPUID names \
+                            ('{cpu.hypervisor_vendor}'), as systemd-detect-virt orders them
+                            """,
+                        template: ReasonTemplate(parts: [
+                            .text("The firmware names "),
+                            .placeholder("value"),
+                            .text(" (DMI sys_vendor '"),
+                            .placeholder("dmi.sys_vendor"),
+                            .text("', product '"),
+                            .placeholder("dmi.product_name"),
+                            .text("'), which offers the paravirtual interface CPUID names ('"),
+                            .placeholder("cpu.hypervisor_vendor"),
+                            .text("'), as systemd-detect-virt orders them"),
+                        ]),
+                        corroboratesOnly: false
+                    ),
+                    Policy.Rule(
                         id: "hyperv_enlightened_qemu",
                         conditions: [
                             Policy.Condition(
@@ -1831,6 +1899,58 @@ extension Policy {
                             .placeholder("cpu.hypervisor_vendor"),
                             .text("', as QEMU does when it offers Hyper-V enlightenments, and the firmware names "),
                             .placeholder("dmi.virtualization_kind"),
+                        ]),
+                        corroboratesOnly: false
+                    ),
+                    Policy.Rule(
+                        id: "xen_interfaces_behind_hyperv_cpuid",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "cpu.hypervisor_kind",
+                                test: .equals(.string("hyperv"))
+                            ),
+                            Policy.Condition(
+                                signal: "virt.xen_guest",
+                                test: .equals(.bool(true))
+                            ),
+                        ],
+                        confidence: .high,
+                        kind: "xen",
+                        kindFrom: nil,
+                        reason: """
+                            CPUID names '{cpu.hypervisor_vendor}', the Viridian interface Xen offers, and Xen's own \
+                            guest interfaces are present
+                            """,
+                        template: ReasonTemplate(parts: [
+                            .text("CPUID names '"),
+                            .placeholder("cpu.hypervisor_vendor"),
+                            .text("', the Viridian interface Xen offers, and Xen's own guest interfaces are present"),
+                        ]),
+                        corroboratesOnly: false
+                    ),
+                    Policy.Rule(
+                        id: "cpuid_vendor_behind_clear_bit",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "cpu.hypervisor_hidden",
+                                test: .equals(.bool(true))
+                            ),
+                            Policy.Condition(
+                                signal: "cpu.hypervisor_vendor_is_xen",
+                                test: .equals(.bool(false))
+                            ),
+                        ],
+                        confidence: .high,
+                        kind: nil,
+                        kindFrom: "cpu.hypervisor_kind",
+                        reason: """
+                            The CPUID hypervisor bit is clear, yet the vendor leaves answer {cpu.hypervisor_leaves}: a \
+                            hypervisor hiding itself
+                            """,
+                        template: ReasonTemplate(parts: [
+                            .text("The CPUID hypervisor bit is clear, yet the vendor leaves answer "),
+                            .placeholder("cpu.hypervisor_leaves"),
+                            .text(": a hypervisor hiding itself"),
                         ]),
                         corroboratesOnly: false
                     ),
@@ -2017,6 +2137,55 @@ extension Policy {
                         corroboratesOnly: false
                     ),
                     Policy.Rule(
+                        id: "acpi_ids_name_hypervisor",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "virt.acpi_id_kind",
+                                test: .present(true)
+                            ),
+                        ],
+                        confidence: .medium,
+                        kind: nil,
+                        kindFrom: "virt.acpi_id_kind",
+                        reason: """
+                            ACPI table ids or creator ids name {value} (tables {virt.acpi_table_ids}, creators \
+                            {virt.acpi_creator_ids})
+                            """,
+                        template: ReasonTemplate(parts: [
+                            .text("ACPI table ids or creator ids name "),
+                            .placeholder("value"),
+                            .text(" (tables "),
+                            .placeholder("virt.acpi_table_ids"),
+                            .text(", creators "),
+                            .placeholder("virt.acpi_creator_ids"),
+                            .text(")"),
+                        ]),
+                        corroboratesOnly: false
+                    ),
+                    Policy.Rule(
+                        id: "qemu_fw_cfg",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "virt.qemu_fw_cfg",
+                                test: .equals(.bool(true))
+                            ),
+                        ],
+                        confidence: .medium,
+                        kind: "qemu",
+                        kindFrom: nil,
+                        reason: """
+                            QEMU's firmware configuration device is present (ACPI QEMU0002 or \
+                            /sys/firmware/qemu_fw_cfg)
+                            """,
+                        template: ReasonTemplate(parts: [
+                            .text("""
+                                QEMU's firmware configuration device is present (ACPI QEMU0002 or \
+                                /sys/firmware/qemu_fw_cfg)
+                                """),
+                        ]),
+                        corroboratesOnly: false
+                    ),
+                    Policy.Rule(
                         id: "vm_generation_counter",
                         conditions: [
                             Policy.Condition(
@@ -2108,6 +2277,112 @@ extension Policy {
                         corroboratesOnly: false
                     ),
                     Policy.Rule(
+                        id: "virtual_pci_device",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "pci.virtual_device_kind",
+                                test: .present(true)
+                            ),
+                        ],
+                        confidence: .medium,
+                        kind: nil,
+                        kindFrom: "pci.virtual_device_kind",
+                        reason: """
+                            PCI ids that only {value}'s virtual hardware carries are present: {pci.virtual_devices}
+                            """,
+                        template: ReasonTemplate(parts: [
+                            .text("PCI ids that only "),
+                            .placeholder("value"),
+                            .text("'s virtual hardware carries are present: "),
+                            .placeholder("pci.virtual_devices"),
+                        ]),
+                        corroboratesOnly: false
+                    ),
+                    Policy.Rule(
+                        id: "virtual_disk_model",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "block.virtual_disk_kind",
+                                test: .present(true)
+                            ),
+                        ],
+                        confidence: .medium,
+                        kind: nil,
+                        kindFrom: "block.virtual_disk_kind",
+                        reason: "A fixed disk's vendor and model are those {value} emulates",
+                        template: ReasonTemplate(parts: [
+                            .text("A fixed disk's vendor and model are those "),
+                            .placeholder("value"),
+                            .text(" emulates"),
+                        ]),
+                        corroboratesOnly: false
+                    ),
+                    Policy.Rule(
+                        id: "emulated_disk_serial",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "block.emulated_disk_serial_kind",
+                                test: .present(true)
+                            ),
+                        ],
+                        confidence: .medium,
+                        kind: nil,
+                        kindFrom: "block.emulated_disk_serial_kind",
+                        reason: "A fixed disk's serial has the shape {value} gives its emulated disks",
+                        template: ReasonTemplate(parts: [
+                            .text("A fixed disk's serial has the shape "),
+                            .placeholder("value"),
+                            .text(" gives its emulated disks"),
+                        ]),
+                        corroboratesOnly: true
+                    ),
+                    Policy.Rule(
+                        id: "virtual_nic_vendor",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "net.nic_vendor_classes",
+                                test: .containsAny([
+                                    "qemu",
+                                    "xen",
+                                    "vmware",
+                                    "virtualbox",
+                                    "hyper-v",
+                                    "parallels",
+                                    "bhyve",
+                                    "proxmox",
+                                ])
+                            ),
+                        ],
+                        confidence: .medium,
+                        kind: nil,
+                        kindFrom: nil,
+                        reason: "A physical-looking NIC has a virtual machine vendor's address block: {value}",
+                        template: ReasonTemplate(parts: [
+                            .text("A physical-looking NIC has a virtual machine vendor's address block: "),
+                            .placeholder("value"),
+                        ]),
+                        corroboratesOnly: true
+                    ),
+                    Policy.Rule(
+                        id: "virtual_usb_device",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "usb.virtual_device_kind",
+                                test: .present(true)
+                            ),
+                        ],
+                        confidence: .medium,
+                        kind: nil,
+                        kindFrom: "usb.virtual_device_kind",
+                        reason: "A USB device that {value} emulates is attached",
+                        template: ReasonTemplate(parts: [
+                            .text("A USB device that "),
+                            .placeholder("value"),
+                            .text(" emulates is attached"),
+                        ]),
+                        corroboratesOnly: true
+                    ),
+                    Policy.Rule(
                         id: "smbios_vm_bit",
                         conditions: [
                             Policy.Condition(
@@ -2196,6 +2471,31 @@ extension Policy {
                                 """),
                         ]),
                         corroboratesOnly: false
+                    ),
+                    Policy.Rule(
+                        id: "cpuid_exit_timing",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "timing.cpuid_exit_suspected",
+                                test: .equals(.bool(true))
+                            ),
+                        ],
+                        confidence: .low,
+                        kind: nil,
+                        kindFrom: nil,
+                        reason: """
+                            CPUID took {timing.cpuid_median_ticks} cycles at the median, \
+                            {timing.cpuid_to_baseline_ratio} times a non-exiting instruction sequence: it exits to a \
+                            hypervisor
+                            """,
+                        template: ReasonTemplate(parts: [
+                            .text("CPUID took "),
+                            .placeholder("timing.cpuid_median_ticks"),
+                            .text(" cycles at the median, "),
+                            .placeholder("timing.cpuid_to_baseline_ratio"),
+                            .text(" times a non-exiting instruction sequence: it exits to a hypervisor"),
+                        ]),
+                        corroboratesOnly: true
                     ),
                 ]
             ),

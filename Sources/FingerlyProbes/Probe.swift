@@ -72,6 +72,7 @@ package enum ProbeRegistry {
         ThreadNamesProbe(),
         TrustStoreProbe(),
         USBProbe(),
+        VMExitTimingProbe(),
     ]
 
     /// The built-in probes by id.

@@ -32,12 +32,16 @@ import Testing
         struct Finding: Decodable {
             let value: Bool
             let kind: String?
+            /// Checked only where the fixture names it: the hardened-VM fixtures hold their evidence's strength.
+            let confidence: String?
         }
         struct Answer: Decodable {
             let virtualization: Finding
             let container: Finding
             let cloud: String?
             let xenDom0: Bool?
+            let hardened: Bool?
+            let confidential: String?
         }
         let fingerly: Answer
     }
@@ -129,7 +133,8 @@ import Testing
         }
     }
 
-    static let environmentProbes: Set<String> = ["cpuid", "dmi", "hypervisor-markers", "container-markers", "container-runtime", "os"]
+    static let environmentProbes: Set<String> = ["cpuid", "cpu", "dmi", "hypervisor-markers", "container-markers",
+                                                 "container-runtime", "os", "pci", "usb", "block", "net", "vm-exit-timing"]
 
     static func check(_ directory: String) throws {
         let name = (directory as NSString).lastPathComponent
@@ -139,6 +144,21 @@ import Testing
         let result = try run.identifyResult()
         let actual = Self.answer(fromResult: result)
         #expect(actual == expected, "\(name): got \(actual), expected \(expected)")
+        let written = try JSONDecoder().decode(Expected.self, from: Data(contentsOf: URL(fileURLWithPath: directory + "/expected.json"))).fingerly
+        if let confidence = written.virtualization.confidence {
+            #expect(result.verdicts.virtualization.confidence.rawValue == confidence,
+                    "\(name): confidence \(result.verdicts.virtualization.confidence), expected \(confidence)")
+        }
+        if let hardened = written.hardened {
+            #expect(result.environment.hardened == hardened, "\(name): hardened \(result.environment.hardened)")
+        }
+        if let confidential = written.confidential {
+            #expect(result.environment.confidential == confidential, "\(name): confidential \(result.environment.confidential ?? "nil")")
+        }
+        // A fixture that replays no timing is judged without it.
+        if !FileManager.default.fileExists(atPath: directory + "/root/.fingerly/timing.json") {
+            #expect(try result.report.probe("vm-exit-timing").status == .skipped)
+        }
         // Under --root the CPUID probe replays the tree's file; it never reads the live CPU.
         let hasReplay = FileManager.default.fileExists(atPath: directory + "/root/.fingerly/cpuid.json")
         #expect(try result.report.probe("cpuid").status == (hasReplay ? .ok : .skipped))

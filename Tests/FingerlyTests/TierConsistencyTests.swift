@@ -95,7 +95,8 @@ import Testing
         let fastRules = ["cpuid_hypervisor_vendor", "cpuid_hypervisor_bit", "cpuinfo_hypervisor_flag"]
         #expect(fastRules.allSatisfy(codes.contains), "\(codes)")
         // Still honest about what the fast tier did not look at.
-        #expect(virtualization.missingEvidence.map(\.probe).sorted() == ["hypervisor-markers", "pci"])
+        #expect(virtualization.missingEvidence.map(\.probe).sorted()
+                == ["block", "hypervisor-markers", "net", "pci", "usb", "vm-exit-timing"])
     }
 
     @Test func theIssuesCommandLineSaysAFirecrackerGuestIsAVM() throws {

@@ -12,4 +12,8 @@ typedef struct {
 /// Runs CPUID for `leaf`/`subleaf`. Returns false on architectures without CPUID.
 bool fingerly_cpuid(uint32_t leaf, uint32_t subleaf, fingerly_cpuid_registers *out);
 
+/// Times `samples` runs of CPUID leaf 0, which every x86 hypervisor intercepts, and as many of nine LFENCEs, which
+/// none does, in timestamp-counter ticks, alternating. Returns false on architectures without CPUID and RDTSC.
+bool fingerly_time_vm_exits(uint32_t samples, uint64_t *exiting, uint64_t *baseline);
+
 #endif

@@ -2,7 +2,9 @@ import FingerlyHost
 import FingerlyModel
 
 /// Disks: model, size, rotational, removable, transport; serials and WWNs hashed. Fixed disks
-/// are identity components, removable and USB ones are not.
+/// are identity components, removable and USB ones are not. A fixed disk whose vendor and model, or whose serial's
+/// shape, only an emulator writes names that emulator; a serial is matched here, before hashing, and only the
+/// emulator's name leaves the probe.
 package struct BlockProbe: Probe {
     package let id = "block"
 
@@ -10,6 +12,7 @@ package struct BlockProbe: Probe {
         let devices: [DeviceNode]
         do {
             let identifiers = context.wants("block.serials") || context.wants("block.wwns")
+                || context.wants("block.emulated_disk_serial_kind")
                 ? ["wwid", "serial", "device/wwid", "device/serial"] : []
             devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "block", devtype: "disk",
                 attributes: ["size", "removable", "queue/rotational", "device/model", "device/vendor", "device/transport"] + identifiers,
@@ -20,6 +23,8 @@ package struct BlockProbe: Probe {
         var serials: [String] = []
         var wwns: [String] = []
         var fixed = 0
+        var modelKind: String?, serialKind: String?
+        let models = context.tables.patterns("diskModels"), shapes = context.tables.patterns("diskSerialShapes")
         for disk in devices {
             let attributes = disk.attributes
             let model = (attributes["device/model"] ?? disk.properties["ID_MODEL"] ?? "").trimmingWhitespace()
@@ -40,6 +45,10 @@ package struct BlockProbe: Probe {
             if !vendor.isEmpty { line += " vendor='\(vendor)'" }
             if !model.isEmpty { line += " model='\(model)'" }
             descriptions.append(line)
+            if !removable, modelKind == nil {
+                let named = vendor.isEmpty ? model : vendor + " " + model
+                modelKind = models.first { named.containsUTF8($0.pattern) }?.kind
+            }
 
             // sysfs attributes first: they are the same with or without udev's database, so a
             // container and its host agree. All of them are world-readable.
@@ -47,6 +56,10 @@ package struct BlockProbe: Probe {
                 ?? disk.properties["ID_SERIAL_SHORT"] : nil
             let wwn = context.wants("block.wwns") ? (attributes["wwid"] ?? attributes["device/wwid"]).flatMap { $0.isEmpty ? nil : $0 }
                 ?? disk.properties["ID_WWN"] : nil
+            if !removable, serialKind == nil, let raw = attributes["serial"] ?? attributes["device/serial"] ?? disk.properties["ID_SERIAL_SHORT"] {
+                let trimmed = raw.trimmingWhitespace()
+                serialKind = shapes.first { Self.hasShape(trimmed, $0.pattern) }?.kind
+            }
             if let serial { serials.append(disk.sysname + " " + context.hash(serial)) }
             if let wwn { wwns.append(disk.sysname + " " + context.hash(wwn)) }
             if !removable, let stable = wwn.map({ "wwn:" + $0 }) ?? serial.map({ "serial:" + $0 }) {
@@ -58,6 +71,19 @@ package struct BlockProbe: Probe {
         context.emit("block.fixed_disks", fixed)
         if context.wants("block.serials") { context.emit("block.serials", serials) }
         if context.wants("block.wwns") { context.emit("block.wwns", wwns) }
+        if let modelKind { context.emit("block.virtual_disk_kind", modelKind) }
+        if let serialKind { context.emit("block.emulated_disk_serial_kind", serialKind) }
+    }
+
+    private static let hexadecimalDigits = Set("0123456789abcdefABCDEF".utf8)
+
+    /// A serial of the shape exactly: each '#' one hexadecimal digit, every other byte itself, the same length.
+    static func hasShape(_ serial: String, _ shape: String) -> Bool {
+        let text = Array(serial.utf8), form = Array(shape.utf8)
+        guard text.count == form.count else { return false }
+        return zip(text, form).allSatisfy { byte, expected in
+            expected == UInt8(ascii: "#") ? hexadecimalDigits.contains(byte) : byte == expected
+        }
     }
 
     static func transport(of disk: DeviceNode) -> String {

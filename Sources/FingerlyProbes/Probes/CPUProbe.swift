@@ -34,6 +34,17 @@ package struct CPUProbe: Probe {
             context.emit("cpu.flags", flags)
             context.emit("cpu.hypervisor_flag", flags.contains("hypervisor"))
         }
+        if let kind = Self.confidentialKind(flags: Set(flags), host: context.host) { context.emit("cpu.confidential_kind", kind) }
+    }
+
+    /// The confidential-computing guest technology, most specific first. A host's EPYC lists sev and sev_es too:
+    /// the verdict names this only beside a virtual machine found otherwise.
+    static func confidentialKind(flags: Set<String>, host: HostFileSystem) -> String? {
+        if flags.contains("tdx_guest") || host.exists("/dev/tdx_guest") { return "tdx" }
+        if flags.contains("sev_snp") || host.exists("/dev/sev-guest") { return "sev-snp" }
+        if flags.contains("sev_es") { return "sev-es" }
+        if flags.contains("sev") { return "sev" }
+        return nil
     }
 
     /// Blank-line separated blocks of `key : value`; blocks without a `processor` key

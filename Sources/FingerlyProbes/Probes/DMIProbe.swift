@@ -14,12 +14,19 @@ package struct DMIProbe: Probe {
     ]
     /// Versions that name a hypervisor (Hyper-V's "Hyper-V UEFI Release", Xen-era EC2's
     /// "4.11.amazon") but are no part of the model's identity.
+    /// The chassis vendor, board name, family and SKU are what a hardened VM's patched strings most often leave as
+    /// QEMU or VirtualBox wrote them.
     static let matchOnlyStrings = [
         ("product_version", "dmi.product_version"),
         ("bios_version", "dmi.bios_version"),
+        ("chassis_vendor", "dmi.chassis_vendor"),
+        ("board_name", "dmi.board_name"),
+        ("product_family", "dmi.product_family"),
+        ("product_sku", "dmi.product_sku"),
     ]
     /// Vendor strings every table row without `fields` is tested against.
-    static let defaultMatchFields = ["sys_vendor", "product_name", "board_vendor", "bios_vendor", "product_version"]
+    static let defaultMatchFields = ["sys_vendor", "product_name", "board_vendor", "bios_vendor", "product_version",
+                                     "chassis_vendor", "board_name", "product_family", "product_sku"]
     static let smbiosBIOSEntry = "/sys/firmware/dmi/entries/0-0/raw"
 
     package func collect(into context: ProbeContext) throws(ProbeFailure) {
@@ -76,14 +83,34 @@ package struct DMIProbe: Probe {
         }
     }
 
+    /// A row's pattern begins the string as a word, as systemd matches prefixes: "Xen" names "Xen" and "Xen HVM",
+    /// never a board "XENON-PRO" or a model with "Xen" inside a word. A row with `match: contains` (a version's
+    /// "4.11.amazon") is found anywhere. `requires` and `excludes` are found anywhere.
     static func matches(_ row: DetectionTables.PatternRow, _ attributes: [String: String]) -> Bool {
         func has(_ field: String, _ needle: String) -> Bool {
             attributes[field]?.lowercased().contains(needle.lowercased()) == true
         }
-        guard (row.fields ?? defaultMatchFields).contains(where: { has($0, row.pattern) }) else { return false }
+        func begins(_ field: String) -> Bool {
+            guard let value = attributes[field] else { return false }
+            return row.match == "contains" ? has(field, row.pattern) : beginsWithWord(value, row.pattern)
+        }
+        guard (row.fields ?? defaultMatchFields).contains(where: begins) else { return false }
         if let requires = row.requires, !requires.allSatisfy({ has($0.key, $0.value) }) { return false }
         if let excludes = row.excludes, excludes.contains(where: { has($0.key, $0.value) }) { return false }
         return true
+    }
+
+    /// Whether `value` begins with `word`, case-insensitively in ASCII, and no letter follows it ("VMware7,1" begins
+    /// with "VMware"; "Xenon" does not begin with "Xen"). Bytes: the string-processing searcher costs a
+    /// generic-metadata lookup on every start.
+    static func beginsWithWord(_ value: String, _ word: String) -> Bool {
+        func lower(_ byte: UInt8) -> UInt8 { (65...90).contains(byte) ? byte + 32 : byte }
+        let text = Array(value.utf8), wanted = Array(word.utf8)
+        guard !wanted.isEmpty, wanted.count <= text.count,
+              zip(text, wanted).allSatisfy({ lower($0) == lower($1) }) else { return false }
+        guard wanted.count < text.count else { return true }
+        let next = lower(text[wanted.count])
+        return !(97...122).contains(next) && next < 0x80
     }
 
     /// "c7i.metal" and "m7g.metal-48xl" are bare metal; "x.metallic" is not.

@@ -57,21 +57,39 @@ package struct HypervisorMarkersProbe: Probe {
         if platform == nil, let hypervisorType, !hypervisorType.isEmpty, hypervisorType != "xen" { platform = "vm-other" }
         if let platform { context.emit("virt.platform_kind", platform) }
 
-        // ACPI table headers carry a 6-byte OEM id at offset 10; the tables are root-only.
+        // An ACPI table header (36 bytes) names its writer three times: the OEM id (10..<16), the OEM table id
+        // (16..<24) and the creator id (28..<32). Patches against detection often rename only the first; QEMU's
+        // "BXPC" stays behind in the others. The tables are root-only.
         if let names = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/sys/firmware/acpi/tables") }) {
-            var oems: [String] = []
+            var oems: [String] = [], tableIds: [String] = [], creators: [String] = []
+            func note(_ bytes: ArraySlice<UInt8>, in list: inout [String]) {
+                let id = String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self).trimmingWhitespace()
+                if !id.isEmpty && !list.contains(id) && list.count < Self.acpiIdLimit { list.append(id) }
+            }
             for name in names where !["data", "dynamic"].contains(name) {
                 guard let header = context.attempt({ () throws(HostReadError) in try host.read("/sys/firmware/acpi/tables/" + name, limit: 36) }),
                       header.count >= 16 else { continue }
-                let oem = String(decoding: header[10..<16], as: UTF8.self).trimmingWhitespace()
-                if !oem.isEmpty && !oems.contains(oem) { oems.append(oem) }
+                note(header[10..<16], in: &oems)
+                if header.count >= 24 { note(header[16..<24], in: &tableIds) }
+                if header.count >= 32 { note(header[28..<32], in: &creators) }
             }
             context.emit("virt.acpi_oem_ids", oems)
+            context.emit("virt.acpi_table_ids", tableIds)
+            context.emit("virt.acpi_creator_ids", creators)
             if let kind = oems.lazy.compactMap({ tables.mapping("acpiOemIds")[$0] }).first { context.emit("virt.acpi_kind", kind) }
+            let prefixes = tables.mapping("acpiTableIdPrefixes")
+            let byTable = tableIds.lazy.compactMap { id in prefixes.first { id.hasPrefix($0.key) }?.value }.first
+            if let kind = byTable ?? creators.lazy.compactMap({ tables.mapping("acpiCreatorIds")[$0] }).first {
+                context.emit("virt.acpi_id_kind", kind)
+            }
         }
+        var fwCfg = host.exists("/sys/firmware/qemu_fw_cfg")
         if let devices = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/sys/bus/acpi/devices") }) {
             context.emit("virt.vm_generation_counter", devices.contains { $0.hasPrefix("VMGENCTR") || $0.hasPrefix("QEMUVGID") })
+            // QEMU0002 is QEMU's firmware configuration device (fw_cfg), which only QEMU emulates.
+            fwCfg = fwCfg || devices.contains { $0.hasPrefix("QEMU0002:") }
         }
+        if fwCfg { context.emit("virt.qemu_fw_cfg", true) }
 
         if let available = text("/sys/devices/system/clocksource/clocksource0/available_clocksource") {
             let sources = available.split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init)
@@ -87,6 +105,9 @@ package struct HypervisorMarkersProbe: Probe {
         }
         if host.exists("/sys/bus/vmbus") { context.emit("virt.bus_kind", "hyperv") }
     }
+
+    /// Distinct ids kept per field: a host has a few dozen tables, a hostile tree any number.
+    static let acpiIdLimit = 64
 
     /// /sys/hypervisor/properties/features: hexadecimal without "0x", at most 64 bits.
     static func hexadecimal(_ text: String) -> UInt64? {

@@ -1,7 +1,8 @@
 import FingerlyHost
 import FingerlyModel
 
-/// PCI devices: ids, class and driver.
+/// PCI devices: ids, class and driver, and those whose ids only virtual hardware carries (QEMU's VGA 1234:1111, the
+/// subsystem 1af4:1100 QEMU gives the real chips it emulates), whatever vendor strings were patched.
 package struct PCIProbe: Probe {
     package let id = "pci"
 
@@ -15,6 +16,9 @@ package struct PCIProbe: Probe {
         var descriptions: [String] = []
         var inventoryLines: [String] = []
         var vendors: [String] = []
+        var virtualDevices: [String] = []
+        var virtualKind: String?
+        let byDevice = context.tables.mapping("pciVirtualDevices"), bySubsystem = context.tables.mapping("pciVirtualSubsystems")
         for device in devices {
             let vendor = hexId(device.attributes["vendor"]), product = hexId(device.attributes["device"])
             let subVendor = hexId(device.attributes["subsystem_vendor"]), subProduct = hexId(device.attributes["subsystem_device"])
@@ -23,10 +27,20 @@ package struct PCIProbe: Probe {
             // Drivers are left out of the component: a kernel upgrade may rename them.
             inventoryLines.append("\(device.sysname) \(vendor):\(product) \(subVendor):\(subProduct) \(deviceClass)")
             if !vendors.contains(vendor) { vendors.append(vendor) }
+            let ids = vendor + ":" + product, subsystem = subVendor + ":" + subProduct
+            if let kind = byDevice[ids] ?? bySubsystem[subsystem] {
+                let named = byDevice[ids] != nil ? ids : "sub " + subsystem
+                if !virtualDevices.contains(named) { virtualDevices.append(named) }
+                virtualKind = virtualKind ?? kind
+            }
         }
         context.emit("pci.devices", descriptions)
         context.emit("pci.count", devices.count)
         context.emit("pci.vendor_ids", vendors.sorted())
+        if let virtualKind {
+            context.emit("pci.virtual_devices", virtualDevices)
+            context.emit("pci.virtual_device_kind", virtualKind)
+        }
         if !inventoryLines.isEmpty {
             context.contribute(.hardware, "pci-inventory", raw: inventoryLines.sorted().joined(separator: "\n"), worldReadable: true, signal: "pci.devices")
         }
