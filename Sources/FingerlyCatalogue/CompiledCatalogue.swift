@@ -630,6 +630,20 @@ extension ProbeCatalogue {
                         entropyNote: nil
                     ),
                     SignalSpec(
+                        name: "dmi.unconfirmed_virtualization_kind",
+                        type: "string",
+                        class: .hardware,
+                        stability: "hardware",
+                        description: """
+                            Hypervisor a cloud's strings name where its bare metal carries them too (Alibaba) and the \
+                            SMBIOS VM bit could not be read (root only): the policy asks CPUID
+                            """,
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
                         name: "dmi.cloud",
                         type: "string",
                         class: .hardware,
@@ -1873,7 +1887,8 @@ extension ProbeCatalogue {
                         stability: "hardware",
                         description: """
                             Emulator whose serial shape a fixed disk has (QEMU's QM000nn, VirtualBox's \
-                            VBxxxxxxxx-xxxxxxxx); the serial itself is never reported
+                            VBxxxxxxxx-xxxxxxxx); the serial itself is never reported; judged from the serial, so \
+                            ignoring block.serials ignores it too
                             """,
                         personal: nil,
                         personalPaths: nil,
@@ -2161,8 +2176,9 @@ extension ProbeCatalogue {
                     /sys/hypervisor/type, device-tree hypervisor, PowerVM and QEMU nodes, /proc/sysinfo (z/VM, KVM, \
                     LPAR), POWER lparcfg and cpuinfo (Lx86, UML, QEMU), SPARC mdesc, ACPI table OEM ids, OEM table ids \
                     and creator ids (root-only; detection tables acpiOemIds, acpiTableIdPrefixes, acpiCreatorIds), the \
-                    QEMU fw_cfg device (ACPI QEMU0002, /sys/firmware/qemu_fw_cfg), the VM generation counter, \
-                    clocksources, guest driver modules and paravirtual buses (table hypervisorMarkers).
+                    QEMU fw_cfg device (ACPI QEMU0002, /sys/firmware/qemu_fw_cfg/rev), the VM generation counter, \
+                    clocksources, guest drivers loaded as modules or driving a device and paravirtual buses (table \
+                    hypervisorMarkers).
                     """,
                 reads: [
                     "/proc/xen",
@@ -2181,13 +2197,16 @@ extension ProbeCatalogue {
                     "/sys/bus/acpi/devices",
                     "/sys/devices/system/clocksource/clocksource0/available_clocksource",
                     "/sys/module",
+                    "/sys/module/*/initstate",
+                    "/sys/module/*/drivers",
+                    "/sys/module/*/drivers/*",
                     "/sys/bus/vmbus",
                     "/sys/hypervisor/properties/features",
                     "/sys/bus/xen-backend",
                     "/proc/device-tree/ibm,partition-name",
                     "/proc/device-tree/hmc-managed?",
                     "/proc/device-tree/chosen/qemu,graphic-width",
-                    "/sys/firmware/qemu_fw_cfg",
+                    "/sys/firmware/qemu_fw_cfg/rev",
                 ],
                 syscalls: [],
                 signals: [
@@ -2308,7 +2327,8 @@ extension ProbeCatalogue {
                         stability: "hardware",
                         description: """
                             QEMU's firmware configuration device is present (ACPI device QEMU0002 or \
-                            /sys/firmware/qemu_fw_cfg); reported only when true
+                            /sys/firmware/qemu_fw_cfg/rev, which the driver makes only once it finds the device); \
+                            reported only when true
                             """,
                         personal: nil,
                         personalPaths: nil,
@@ -2344,7 +2364,10 @@ extension ProbeCatalogue {
                         type: "strings",
                         class: .hardware,
                         stability: "upgrade",
-                        description: "Loaded guest driver modules",
+                        description: """
+                            Guest drivers of the table loaded as modules or driving a device (a built-in driver alone \
+                            is not counted)
+                            """,
                         personal: nil,
                         personalPaths: nil,
                         entropyBits: nil,
@@ -2503,6 +2526,7 @@ extension ProbeCatalogue {
                     "/sys/kernel/cgroup/features",
                     "/sys/fs/cgroup/systemd",
                     "/sys/fs/cgroup/systemd/release_agent",
+                    "/proc/2/comm",
                 ],
                 syscalls: [],
                 signals: [
@@ -2567,6 +2591,20 @@ extension ProbeCatalogue {
                         class: .configuration,
                         stability: "process",
                         description: "NSpid lists more than one level",
+                        personal: nil,
+                        personalPaths: nil,
+                        entropyBits: nil,
+                        entropyNote: nil
+                    ),
+                    SignalSpec(
+                        name: "container.namespace_init",
+                        type: "bool",
+                        class: .configuration,
+                        stability: "process",
+                        description: """
+                            This process is pid 1 with parent 0 and no kthreadd at pid 2: the init of a pid namespace \
+                            other than the machine's, as a container's entrypoint is
+                            """,
                         personal: nil,
                         personalPaths: nil,
                         entropyBits: nil,

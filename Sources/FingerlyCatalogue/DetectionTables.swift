@@ -33,6 +33,9 @@ package struct DetectionTables: Sendable, Equatable {
         /// A cloud that also rents bare metal and sets the SMBIOS "virtual machine" bit only
         /// on its VMs: where that bit can be read, it decides.
         package var smbiosVMBitDecides: Bool? = nil
+        /// A cloud whose bare metal carries its VMs' strings, product name included: the row names a kind only where
+        /// the SMBIOS "virtual machine" bit can be read (as root) and is set, and otherwise only the cloud.
+        package var vmBitRequired: Bool? = nil
         /// The product an interception CA belongs to.
         package var product: String = ""
         /// "interception tool" or "corporate TLS inspection": users treat them differently.
@@ -43,7 +46,8 @@ package struct DetectionTables: Sendable, Equatable {
         /// Attribute names a row may carry. An unknown one is refused at load: a misspelt
         /// `requries` would otherwise be ignored and the row would match more than meant.
         package static let attributeNames: Set<String> = ["pattern", "kind", "cloud", "fields", "requires", "excludes",
-                                                          "smbiosVMBitDecides", "product", "category", "match"]
+                                                          "smbiosVMBitDecides", "vmBitRequired", "product", "category",
+                                                          "match"]
         /// Attributes present in the data, for the shape test.
         package var presentAttributes: Set<String> = ["pattern"]
     }
@@ -204,6 +208,12 @@ extension DetectionTables {
                 throw LoadError(path: path + ".smbiosVMBitDecides", message: "must be a boolean, not \(decides.typeName)")
             }
             row.smbiosVMBitDecides = flag
+        }
+        if let required = members["vmBitRequired"] {
+            guard case .bool(let flag) = required else {
+                throw LoadError(path: path + ".vmBitRequired", message: "must be a boolean, not \(required.typeName)")
+            }
+            row.vmBitRequired = flag
         }
         row.product = try string("product") ?? ""
         row.category = try string("category") ?? ""

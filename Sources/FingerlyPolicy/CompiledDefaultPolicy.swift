@@ -321,6 +321,25 @@ extension Policy {
                         corroboratesOnly: false
                     ),
                     Policy.Rule(
+                        id: "namespace_init",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "container.namespace_init",
+                                test: .equals(.bool(true))
+                            ),
+                        ],
+                        confidence: .medium,
+                        kind: "namespace",
+                        kindFrom: nil,
+                        reason: "This process is pid 1 of its pid namespace (Pid 1, PPid 0): a container's entrypoint",
+                        template: ReasonTemplate(parts: [
+                            .text("""
+                                This process is pid 1 of its pid namespace (Pid 1, PPid 0): a container's entrypoint
+                                """),
+                        ]),
+                        corroboratesOnly: false
+                    ),
+                    Policy.Rule(
                         id: "cgroup_namespace",
                         conditions: [
                             Policy.Condition(
@@ -2116,6 +2135,38 @@ extension Policy {
                         corroboratesOnly: false
                     ),
                     Policy.Rule(
+                        id: "cloud_strings_without_cpuid",
+                        conditions: [
+                            Policy.Condition(
+                                signal: "dmi.unconfirmed_virtualization_kind",
+                                test: .present(true)
+                            ),
+                            Policy.Condition(
+                                signal: "cpu.hypervisor_bit",
+                                test: .present(false)
+                            ),
+                        ],
+                        confidence: .medium,
+                        kind: nil,
+                        kindFrom: "dmi.unconfirmed_virtualization_kind",
+                        reason: """
+                            Firmware vendor strings name {dmi.unconfirmed_virtualization_kind} (DMI sys_vendor \
+                            '{dmi.sys_vendor}'), and neither the SMBIOS VM bit nor CPUID could be read to tell a VM \
+                            from the cloud's bare metal
+                            """,
+                        template: ReasonTemplate(parts: [
+                            .text("Firmware vendor strings name "),
+                            .placeholder("dmi.unconfirmed_virtualization_kind"),
+                            .text(" (DMI sys_vendor '"),
+                            .placeholder("dmi.sys_vendor"),
+                            .text("""
+                                '), and neither the SMBIOS VM bit nor CPUID could be read to tell a VM from the \
+                                cloud's bare metal
+                                """),
+                        ]),
+                        corroboratesOnly: false
+                    ),
+                    Policy.Rule(
                         id: "acpi_names_hypervisor",
                         conditions: [
                             Policy.Condition(
@@ -2484,16 +2535,16 @@ extension Policy {
                         kind: nil,
                         kindFrom: nil,
                         reason: """
-                            CPUID took {timing.cpuid_median_ticks} cycles at the median, \
-                            {timing.cpuid_to_baseline_ratio} times a non-exiting instruction sequence: it exits to a \
+                            CPUID took {timing.cpuid_median_ticks} timestamp ticks at the median, \
+                            {timing.cpuid_to_baseline_ratio} times nine LFENCEs, which never exit: it exits to a \
                             hypervisor
                             """,
                         template: ReasonTemplate(parts: [
                             .text("CPUID took "),
                             .placeholder("timing.cpuid_median_ticks"),
-                            .text(" cycles at the median, "),
+                            .text(" timestamp ticks at the median, "),
                             .placeholder("timing.cpuid_to_baseline_ratio"),
-                            .text(" times a non-exiting instruction sequence: it exits to a hypervisor"),
+                            .text(" times nine LFENCEs, which never exit: it exits to a hypervisor"),
                         ]),
                         corroboratesOnly: true
                     ),

@@ -227,6 +227,27 @@ let hostExpectations: [HostExpectation] = [
         #expect(read.contains("/var/lib/dbus/machine-id"))
     }
 
+    /// The emulated-serial judgement reads the serial: ignoring the serials leaves them unread and it unmade.
+    @Test func ignoredDiskSerialsAreNotReadForTheirShapeEither() throws {
+        let root = TestPaths.packageRoot + "/Tests/Fixtures/environments/device-strings-only/root"
+        func collect(ignoring ignored: Set<String>) throws -> (SignalReport, [String]) {
+            let log = HostAccessLog()
+            let fingerly = try Fingerly.loadBlocking(apiKey: TestKeys.standard, consent: .granted,
+                                                     options: FingerlyOptions(root: root, attributesToIgnore: ignored))
+            return (fingerly.collectBlocking(tag: nil, tiers: [.fast, .deferred], log: log), log.recorded)
+        }
+        let (judged, _) = try collect(ignoring: [])
+        #expect(judged.signals["block.emulated_disk_serial_kind"] == .string("qemu"))
+        let (report, read) = try collect(ignoring: ["block.serials", "block.wwns"])
+        #expect(report.signals["block.emulated_disk_serial_kind"] == nil)
+        #expect(report.signals["block.virtual_disk_kind"] == .string("qemu"))
+        // The disk and its SCSI device sit under the ATA port; USB's and DMI's serials are other signals'.
+        let diskIdentifiers = read.filter { $0.contains("/ata1/") && ($0.hasSuffix("/serial") || $0.hasSuffix("/wwid")) }
+        #expect(diskIdentifiers.isEmpty, "\(diskIdentifiers)")
+        let (_, readWhenWanted) = try collect(ignoring: [])
+        #expect(readWhenWanted.contains { $0.contains("/ata1/") && $0.hasSuffix("/serial") })
+    }
+
     @Test func unknownIgnoredAttributeIsRejected() {
         #expect(throws: FingerlyError.self) {
             try Fingerly.loadBlocking(apiKey: nil, options: FingerlyOptions(attributesToIgnore: ["no.such.signal"]))

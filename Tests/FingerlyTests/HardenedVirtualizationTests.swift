@@ -63,6 +63,8 @@ import Testing
         #"{"leaves": {"0x40000000": [1, 2, 3, 4]}}"#,
         #"{"hypervisorBit": "yes"}"#,
         #"{"vendor": 7}"#,
+        #"{"vendor": "KVMKVMKVM\u0000evil"}"#,
+        #"{"vendor": "KVM\u001b[31m"}"#,
         #"{"registers": {}}"#,
         #"["KVMKVMKVM"]"#,
     ])
@@ -120,6 +122,7 @@ import Testing
     @Test(arguments: [
         #"{"cpuidTicks": [], "baselineTicks": [1]}"#,
         #"{"cpuidTicks": [1.5], "baselineTicks": [1]}"#,
+        #"{"cpuidTicks": [18446744073709551615], "baselineTicks": [1]}"#,
         #"{"cpuidTicks": [-1], "baselineTicks": [1]}"#,
         #"{"cpuidTicks": [1]}"#,
         #"{"cpuidTicks": [1], "baselineTicks": [1], "other": [1]}"#,
@@ -133,6 +136,104 @@ import Testing
         let context = ProbeContext(host: HostFileSystem(root: root), tables: .embedded, filter: .none,
                                    hasher: IdentifierHasher(organization: "acme"))
         #expect(throws: ProbeFailure.self) { try VMExitTimingProbe().collect(into: context) }
+    }
+
+    /// A root tree of the given files (a value of nil makes a directory) and symbolic links.
+    static func tree(_ label: String, files: [String: [UInt8]?], links: [String: String] = [:]) throws -> String {
+        let root = try TestPaths.temporaryDirectory(label)
+        for (path, bytes) in files {
+            let full = root + path
+            if let bytes {
+                try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent,
+                                                        withIntermediateDirectories: true)
+                #expect(FileManager.default.createFile(atPath: full, contents: Data(bytes)))
+            } else {
+                try FileManager.default.createDirectory(atPath: full, withIntermediateDirectories: true)
+            }
+        }
+        for (path, target) in links {
+            try FileManager.default.createDirectory(atPath: (root + path as NSString).deletingLastPathComponent,
+                                                    withIntermediateDirectories: true)
+            try FileManager.default.createSymbolicLink(atPath: root + path, withDestinationPath: target)
+        }
+        return root
+    }
+
+    static func signals(of probe: some Probe, root: String) -> [String: SignalValue] {
+        let context = ProbeContext(host: HostFileSystem(root: root), tables: .embedded, filter: .none,
+                                   hasher: IdentifierHasher(organization: "acme"))
+        try? probe.collect(into: context)
+        return context.signals
+    }
+
+    static func acpiHeader(_ signature: String, oem: String, tableId: String, creator: String) -> [UInt8] {
+        func padded(_ text: String, _ count: Int) -> [UInt8] { Array((text + String(repeating: " ", count: count)).utf8.prefix(count)) }
+        return padded(signature, 4) + [36, 0, 0, 0, 1, 0] + padded(oem, 6) + padded(tableId, 8) + [1, 0, 0, 0]
+            + padded(creator, 4) + [1, 0, 0, 0]
+    }
+
+    /// The kernel makes /sys/firmware/qemu_fw_cfg as the driver loads, device or not; only `rev` says one was found.
+    @Test func aFirmwareConfigurationDirectoryWithoutItsDeviceIsNotQEMU() throws {
+        let empty = try Self.tree("fw-cfg", files: ["/sys/firmware/qemu_fw_cfg": nil])
+        defer { try? FileManager.default.removeItem(atPath: empty) }
+        #expect(Self.signals(of: HypervisorMarkersProbe(), root: empty)["virt.qemu_fw_cfg"] == nil)
+        let found = try Self.tree("fw-cfg", files: ["/sys/firmware/qemu_fw_cfg/rev": Array("3\n".utf8)])
+        defer { try? FileManager.default.removeItem(atPath: found) }
+        #expect(Self.signals(of: HypervisorMarkersProbe(), root: found)["virt.qemu_fw_cfg"] == .bool(true))
+    }
+
+    /// A built-in driver has /sys/module/<name> on any machine; it counts once loaded as a module or driving a device.
+    @Test(arguments: [([String](), false), (["initstate"], true), (["drivers/pci:vmxnet3/0000:0b:00.0/"], true)])
+    func aGuestDriverCountsOnlyWhenLoadedOrDriving(_ extra: [String], _ counts: Bool) throws {
+        var files: [String: [UInt8]?] = [:]
+        for control in ["bind", "unbind", "uevent", "new_id", "remove_id"] {
+            files["/sys/module/vmxnet3/drivers/pci:vmxnet3/" + control] = []
+        }
+        for path in extra {
+            files["/sys/module/vmxnet3/" + (path.hasSuffix("/") ? String(path.dropLast()) : path)] = path.hasSuffix("/") ? nil : Array("live\n".utf8)
+        }
+        let root = try Self.tree("guest-driver", files: files)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let signals = Self.signals(of: HypervisorMarkersProbe(), root: root)
+        #expect((signals["virt.guest_driver_kind"] == .string("vmware")) == counts, "\(extra): \(signals)")
+    }
+
+    /// Every table header is judged, however many pad the directory; only the ids reported are capped.
+    @Test func paddingTablesCannotHideACreatorId() throws {
+        var files: [String: [UInt8]?] = [:]
+        for index in 0..<(HypervisorMarkersProbe.acpiIdLimit * 3) {
+            let name = "T" + String(index)
+            files["/sys/firmware/acpi/tables/" + name] = Self.acpiHeader("SSDT", oem: "DELL", tableId: "PAD" + String(index),
+                                                                         creator: String(format: "C%03d", index))
+        }
+        files["/sys/firmware/acpi/tables/ZZZZ"] = Self.acpiHeader("SSDT", oem: "DELL", tableId: "CBX3", creator: "BXPC")
+        let root = try Self.tree("acpi-padding", files: files)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let signals = Self.signals(of: HypervisorMarkersProbe(), root: root)
+        #expect(signals["virt.acpi_id_kind"] == .string("qemu"))
+        guard case .strings(let creators)? = signals["virt.acpi_creator_ids"] else { Issue.record("no creator ids"); return }
+        #expect(creators.count == HypervisorMarkersProbe.acpiIdLimit)
+    }
+
+    /// Alibaba's bare metal reads as its VMs do; without the root-only SMBIOS VM bit, DMI names the cloud and leaves
+    /// the answer to CPUID.
+    @Test func cloudStringsThatBareMetalSharesWaitForTheVMBit() async throws {
+        let strings: [String: [UInt8]?] = ["/sys/class/dmi/id/sys_vendor": Array("Alibaba Cloud\n".utf8),
+                                           "/sys/class/dmi/id/product_name": Array("Alibaba Cloud ECS\n".utf8)]
+        let root = try Self.tree("alibaba", files: strings)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let signals = Self.signals(of: DMIProbe(), root: root)
+        #expect(signals["dmi.cloud"] == .string("alibaba"))
+        #expect(signals["dmi.virtualization_kind"] == nil && signals["dmi.unconfirmed_virtualization_kind"] == .string("kvm"))
+
+        // EBM run as an unprivileged user: CPUID reads the bit clear, nothing names a hypervisor.
+        var bareMetal = strings
+        bareMetal["/.fingerly/cpuid.json"] = Array(#"{"hypervisorBit": false}"#.utf8)
+        let ebm = try Self.tree("alibaba-ebm", files: bareMetal)
+        defer { try? FileManager.default.removeItem(atPath: ebm) }
+        let result = try await identify(root: ebm)
+        #expect(!result.verdicts.virtualization.value, "\(result.verdicts.virtualization)")
+        #expect(result.environment.cloud == "alibaba" && !result.environment.hardened)
     }
 
     @Test func theLiveTimingReportsBothDistributions() throws {

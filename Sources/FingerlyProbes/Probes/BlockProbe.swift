@@ -11,9 +11,10 @@ package struct BlockProbe: Probe {
     package func collect(into context: ProbeContext) throws(ProbeFailure) {
         let devices: [DeviceNode]
         do {
-            let identifiers = context.wants("block.serials") || context.wants("block.wwns")
-                || context.wants("block.emulated_disk_serial_kind")
-                ? ["wwid", "serial", "device/wwid", "device/serial"] : []
+            // Only what is wanted is read: the serial's shape is judged from the serial, so ignoring block.serials
+            // keeps the serials unread and that judgement unmade.
+            let identifiers = (context.wants("block.serials") ? ["serial", "device/serial"] : [])
+                + (context.wants("block.wwns") ? ["wwid", "device/wwid"] : [])
             devices = try context.deviceInventory().devices(DeviceQuery(subsystem: "block", devtype: "disk",
                 attributes: ["size", "removable", "queue/rotational", "device/model", "device/vendor", "device/transport"] + identifiers,
                 includesVirtual: false))
@@ -25,6 +26,7 @@ package struct BlockProbe: Probe {
         var fixed = 0
         var modelKind: String?, serialKind: String?
         let models = context.tables.patterns("diskModels"), shapes = context.tables.patterns("diskSerialShapes")
+        let judgesSerials = context.wants("block.serials") && context.wants("block.emulated_disk_serial_kind")
         for disk in devices {
             let attributes = disk.attributes
             let model = (attributes["device/model"] ?? disk.properties["ID_MODEL"] ?? "").trimmingWhitespace()
@@ -56,8 +58,8 @@ package struct BlockProbe: Probe {
                 ?? disk.properties["ID_SERIAL_SHORT"] : nil
             let wwn = context.wants("block.wwns") ? (attributes["wwid"] ?? attributes["device/wwid"]).flatMap { $0.isEmpty ? nil : $0 }
                 ?? disk.properties["ID_WWN"] : nil
-            if !removable, serialKind == nil, let raw = attributes["serial"] ?? attributes["device/serial"] ?? disk.properties["ID_SERIAL_SHORT"] {
-                let trimmed = raw.trimmingWhitespace()
+            if !removable, serialKind == nil, judgesSerials, let serial {
+                let trimmed = serial.trimmingWhitespace()
                 serialKind = shapes.first { Self.hasShape(trimmed, $0.pattern) }?.kind
             }
             if let serial { serials.append(disk.sysname + " " + context.hash(serial)) }

@@ -158,7 +158,12 @@ enum CPUIDReplay {
             switch (key, value) {
             case ("hypervisorBit", .bool(let bit)): answers.hypervisorBit = bit
             case ("hypervisorBit", .null): break
-            case ("vendor", .string(let vendor)): answers.recordedVendor = vendor
+            case ("vendor", .string(let vendor)):
+                // As the registers are: only printable ASCII names a vendor, and twelve bytes (quoted, padded) at most.
+                guard vendor.utf8.count <= 32, vendor.utf8.allSatisfy({ (0x20...0x7e).contains($0) }) else {
+                    throw Malformed()
+                }
+                answers.recordedVendor = vendor
             case ("vendor", .null): break
             case ("leaves", .object(let leaves)) where leaves.count <= leafLimit:
                 for (leaf, registers) in leaves {

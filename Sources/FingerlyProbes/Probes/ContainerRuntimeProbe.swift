@@ -61,6 +61,15 @@ package struct ContainerRuntimeProbe: Probe {
         if let status, let levels = ProcessContextProbe.field("NSpid", in: status) {
             context.emit("container.pid_namespace", levels.split(whereSeparator: { $0 == " " || $0 == "\t" }).count > 1)
         }
+        // Pid 1 with no parent is a namespace's init: a container's entrypoint. A microVM may run its application as
+        // the machine's own init, though; there the kernel's kthreadd is pid 2, which no pid namespace but the first
+        // holds.
+        if let status, let pid = ProcessContextProbe.field("Pid", in: status),
+           let parent = ProcessContextProbe.field("PPid", in: status) {
+            let isInit = pid.trimmingWhitespace() == "1" && parent.trimmingWhitespace() == "0"
+            let kernelThreads = isInit && text("/proc/2/comm")?.trimmingWhitespace() == "kthreadd"
+            context.emit("container.namespace_init", isInit && !kernelThreads)
+        }
 
         if let version = text("/proc/version") {
             if version.contains("BrandZ virtual linux") { context.emit("container.platform_kind", "illumos-lx") }

@@ -73,8 +73,13 @@ package struct DMIProbe: Probe {
             // A cloud's bare-metal instance carries the cloud's strings but runs no hypervisor;
             // its firmware says so in the SMBIOS VM bit, and in the product name to those who
             // cannot read the raw table.
-            let bareMetal = row.cloud != nil && (row.smbiosVMBitDecides == true && vmBit != nil ? vmBit == false : bareMetalProduct)
-            if !bareMetal { context.emit("dmi.virtualization_kind", row.kind) }
+            let bitDecides = row.smbiosVMBitDecides == true || row.vmBitRequired == true
+            let bareMetal = row.cloud != nil && (bitDecides && vmBit != nil ? vmBit == false : bareMetalProduct)
+            // Alibaba's EBM reads "Alibaba Cloud ECS" as its VMs do: without the bit, the policy asks CPUID.
+            let unconfirmed = row.vmBitRequired == true && vmBit == nil
+            if !bareMetal {
+                context.emit(unconfirmed ? "dmi.unconfirmed_virtualization_kind" : "dmi.virtualization_kind", row.kind)
+            }
             if let cloud = row.cloud { context.emit("dmi.cloud", cloud) }
             break
         }

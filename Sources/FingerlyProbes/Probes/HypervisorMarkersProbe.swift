@@ -62,28 +62,36 @@ package struct HypervisorMarkersProbe: Probe {
         // "BXPC" stays behind in the others. The tables are root-only.
         if let names = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/sys/firmware/acpi/tables") }) {
             var oems: [String] = [], tableIds: [String] = [], creators: [String] = []
-            func note(_ bytes: ArraySlice<UInt8>, in list: inout [String]) {
+            let byOem = tables.mapping("acpiOemIds"), prefixes = tables.mapping("acpiTableIdPrefixes")
+            let byCreator = tables.mapping("acpiCreatorIds")
+            var oemKind: String?, tableIdKind: String?, creatorKind: String?
+            // Every header is judged; only the lists reported are capped, so padding tables cannot push a BXPC out.
+            func note(_ bytes: ArraySlice<UInt8>, in list: inout [String]) -> String? {
                 let id = String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self).trimmingWhitespace()
-                if !id.isEmpty && !list.contains(id) && list.count < Self.acpiIdLimit { list.append(id) }
+                guard !id.isEmpty else { return nil }
+                if !list.contains(id) && list.count < Self.acpiIdLimit { list.append(id) }
+                return id
             }
             for name in names where !["data", "dynamic"].contains(name) {
                 guard let header = context.attempt({ () throws(HostReadError) in try host.read("/sys/firmware/acpi/tables/" + name, limit: 36) }),
                       header.count >= 16 else { continue }
-                note(header[10..<16], in: &oems)
-                if header.count >= 24 { note(header[16..<24], in: &tableIds) }
-                if header.count >= 32 { note(header[28..<32], in: &creators) }
+                if let id = note(header[10..<16], in: &oems) { oemKind = oemKind ?? byOem[id] }
+                if header.count >= 24, let id = note(header[16..<24], in: &tableIds) {
+                    tableIdKind = tableIdKind ?? prefixes.first { id.hasPrefix($0.key) }?.value
+                }
+                if header.count >= 32, let id = note(header[28..<32], in: &creators) {
+                    creatorKind = creatorKind ?? byCreator[id]
+                }
             }
             context.emit("virt.acpi_oem_ids", oems)
             context.emit("virt.acpi_table_ids", tableIds)
             context.emit("virt.acpi_creator_ids", creators)
-            if let kind = oems.lazy.compactMap({ tables.mapping("acpiOemIds")[$0] }).first { context.emit("virt.acpi_kind", kind) }
-            let prefixes = tables.mapping("acpiTableIdPrefixes")
-            let byTable = tableIds.lazy.compactMap { id in prefixes.first { id.hasPrefix($0.key) }?.value }.first
-            if let kind = byTable ?? creators.lazy.compactMap({ tables.mapping("acpiCreatorIds")[$0] }).first {
-                context.emit("virt.acpi_id_kind", kind)
-            }
+            if let oemKind { context.emit("virt.acpi_kind", oemKind) }
+            if let kind = tableIdKind ?? creatorKind { context.emit("virt.acpi_id_kind", kind) }
         }
-        var fwCfg = host.exists("/sys/firmware/qemu_fw_cfg")
+        // The driver makes /sys/firmware/qemu_fw_cfg when it loads (or is built in) whether or not a device is there;
+        // the revision file (root-only to read, not to see) appears only once it has found one.
+        var fwCfg = host.exists("/sys/firmware/qemu_fw_cfg/rev")
         if let devices = context.attemptIfPresent({ () throws(HostReadError) in try host.listDirectory("/sys/bus/acpi/devices") }) {
             context.emit("virt.vm_generation_counter", devices.contains { $0.hasPrefix("VMGENCTR") || $0.hasPrefix("QEMUVGID") })
             // QEMU0002 is QEMU's firmware configuration device (fw_cfg), which only QEMU emulates.
@@ -98,13 +106,35 @@ package struct HypervisorMarkersProbe: Probe {
             }
         }
         let modules = context.attemptIfPresent { () throws(HostReadError) in try host.listDirectory("/sys/module") } ?? []
-        let drivers = tables.patterns("guestDrivers").filter { modules.contains($0.pattern) }
+        let drivers = tables.patterns("guestDrivers").filter {
+            modules.contains($0.pattern) && Self.isInUse(module: $0.pattern, context)
+        }
         if !drivers.isEmpty {
             context.emit("virt.guest_drivers", drivers.map(\.pattern))
             context.emit("virt.guest_driver_kind", drivers[0].kind)
         }
         if host.exists("/sys/bus/vmbus") { context.emit("virt.bus_kind", "hyperv") }
     }
+
+    /// Whether a guest driver is loaded as a module (it has an `initstate`) or drives a device. A kernel with the
+    /// driver built in has /sys/module/<name> without any of the hardware, since the kernel makes one for every
+    /// built-in driver; and such a module loads by itself only when its device appears.
+    static func isInUse(module: String, _ context: ProbeContext) -> Bool {
+        let directory = "/sys/module/" + module
+        if context.host.exists(directory + "/initstate") { return true }
+        guard let buses = context.attemptIfPresent({ () throws(HostReadError) in
+            try context.host.listDirectory(directory + "/drivers")
+        }) else { return false }
+        return buses.contains { bus in
+            let entries = context.attemptIfPresent { () throws(HostReadError) in
+                try context.host.listDirectory(directory + "/drivers/" + bus)
+            } ?? []
+            return entries.contains { !driverControlFiles.contains($0) }
+        }
+    }
+
+    /// What a driver's sysfs directory holds besides the devices it drives.
+    static let driverControlFiles: Set<String> = ["bind", "unbind", "uevent", "module", "new_id", "remove_id"]
 
     /// Distinct ids kept per field: a host has a few dozen tables, a hostile tree any number.
     static let acpiIdLimit = 64

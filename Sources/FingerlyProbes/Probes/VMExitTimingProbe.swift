@@ -13,6 +13,7 @@ package struct VMExitTimingProbe: Probe {
     static let replayPath = "/.fingerly/timing.json"
     static let samples = 64
     static let replayLimit = 4096
+    static let largestExactTicks: Double = 9_007_199_254_740_992
     /// Bare metal: CPUID leaf 0 takes 100–300 core cycles against 40–160 for the fences, a ratio under 4, and at
     /// most about 700 ticks when the core idles far below the TSC's rate. A VM exit costs 1,000 cycles and more
     /// (about 9,150 ticks, 59 times the fences, in the Firecracker guest this was written on).
@@ -58,7 +59,7 @@ package struct VMExitTimingProbe: Probe {
         return (exiting, baseline)
     }
 
-    /// `{"cpuidTicks": [integers], "baselineTicks": [integers]}`, each of 1 to 4096 non-negative samples.
+    /// `{"cpuidTicks": [integers], "baselineTicks": [integers]}`, each of 1 to 4096 integers from 0 to 2^53.
     static func replayed(from host: HostFileSystem) throws(ProbeFailure) -> ([UInt64], [UInt64]) {
         let bytes: [UInt8]
         do {
@@ -79,7 +80,9 @@ package struct VMExitTimingProbe: Probe {
             }
             var series: [UInt64] = []
             for item in items {
-                guard case .number(let number) = item, let ticks = UInt64(exactly: number) else {
+                // Numbers arrive as doubles: above 2^53 they would round, so a count that large is refused.
+                guard case .number(let number) = item, number <= Self.largestExactTicks,
+                      let ticks = UInt64(exactly: number) else {
                     throw ProbeFailure(.malformed, "\(replayPath): \(key) holds a value that is not a tick count")
                 }
                 series.append(ticks)
