@@ -1,6 +1,7 @@
 import base64
 import hashlib
 import json
+import os
 import ssl
 import subprocess
 import threading
@@ -31,6 +32,16 @@ def test_identify_on_a_kvm_fixture_returns_typed_verdicts():
     assert result.report["tag"] == "checkout:1"
     assert result.report["tiers"] == ["fast"]
     assert any(trigger.group == "virtualization" for trigger in result.triggers)
+    assert result.environment == fingerly.Environment(cloud=None, xen_dom0=False, hardened=False, confidential=None)
+
+
+def test_a_vm_hiding_its_hypervisor_bit_is_hardened_in_the_environment():
+    root = os.path.join(os.path.dirname(KVM_FIXTURE), "..", "environments", "cpuid-bit-cleared-kvm-leaf", "root")
+    with fingerly.load(api_key=None, root=os.path.realpath(root), tiers=("fast",)) as client:
+        result = client.identify(submit=False)
+    assert result.verdicts.virtualization.kind == "kvm"
+    assert result.environment.hardened is True
+    assert result.environment.confidential is None
 
 
 def test_collect_and_check_integrity():

@@ -9,11 +9,12 @@ import json
 import math
 
 from . import _native
-from ._types import FlushResult, IdentifyResult, IntegrityResult, IntegrityVerdicts, Reason, Trigger, Verdict, Verdicts
+from ._types import (Environment, FlushResult, IdentifyResult, IntegrityResult, IntegrityVerdicts, Reason, Trigger,
+                     Verdict, Verdicts)
 
 __all__ = ["load", "Fingerly", "FingerlyError", "ConsentError", "TransportError", "ConfigurationError",
-           "InternalError", "IdentifyResult", "IntegrityResult", "IntegrityVerdicts", "FlushResult", "Verdict",
-           "Verdicts", "Reason", "Trigger", "library_version"]
+           "InternalError", "IdentifyResult", "Environment", "IntegrityResult", "IntegrityVerdicts", "FlushResult",
+           "Verdict", "Verdicts", "Reason", "Trigger", "library_version"]
 
 
 class FingerlyError(Exception):

@@ -65,6 +65,21 @@ class Trigger:
 
 
 @dataclass(frozen=True)
+class Environment:
+    """What kind of machine this is, beside the verdicts: `hardened` is a VM whose CPUID denies the hypervisor that
+    other evidence shows; `confidential` the memory-encryption technology of a VM guest (tdx, sev-snp, sev-es, sev)."""
+    cloud: Optional[str]
+    xen_dom0: bool
+    hardened: bool
+    confidential: Optional[str]
+
+    @classmethod
+    def from_json(cls, value):
+        return cls(cloud=value.get("cloud"), xen_dom0=bool(value.get("xenDom0", False)),
+                   hardened=bool(value.get("hardened", False)), confidential=value.get("confidential"))
+
+
+@dataclass(frozen=True)
 class IdentifyResult:
     """fingerly_identify's IdentifyResult; `raw` is the whole JSON document."""
     state: str
@@ -78,6 +93,7 @@ class IdentifyResult:
     suspect_level: Optional[str]
     triggers: tuple
     verdicts: Verdicts
+    environment: Environment
     policy: str
     report: dict
     raw: dict = field(repr=False)
@@ -89,7 +105,8 @@ class IdentifyResult:
                    identifiable=bool(value.get("identifiable", False)), duplicate=bool(value.get("duplicate", False)),
                    suspect_score=value.get("suspectScore"), suspect_level=value.get("suspectLevel"),
                    triggers=tuple(Trigger.from_json(t) for t in value.get("triggers", [])),
-                   verdicts=Verdicts.from_json(value.get("verdicts", {})), policy=value.get("policy", ""),
+                   verdicts=Verdicts.from_json(value.get("verdicts", {})),
+                   environment=Environment.from_json(value.get("environment", {})), policy=value.get("policy", ""),
                    report=value.get("report", {}), raw=value)
 
 
