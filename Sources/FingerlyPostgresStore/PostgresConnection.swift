@@ -2,25 +2,12 @@ import CPostgres
 import FingerlyStore
 import Glibc
 
-/// A value sent as a statement parameter. Values reach SQL through parameters only.
-enum PostgresValue {
-    case integer(Int64)
-    case text(String)
-    case bytes([UInt8])
-    case boolean(Bool)
-    case null
-
-    static func optionalText(_ text: String?) -> PostgresValue { text.map(PostgresValue.text) ?? .null }
-    static func optionalInteger(_ value: Int?) -> PostgresValue { value.map { .integer(Int64($0)) } ?? .null }
-    static func optionalBytes(_ bytes: [UInt8]?) -> PostgresValue { bytes.map(PostgresValue.bytes) ?? .null }
-}
-
 /// One row of a result (text format); valid only inside the row callback.
-struct PostgresRow {
+package struct PostgresRow: SQLRow {
     fileprivate let result: OpaquePointer
     fileprivate let row: Int32
 
-    func isNull(_ column: Int32) -> Bool { PQgetisnull(result, row, column) != 0 }
+    package func isNull(_ column: Int32) -> Bool { PQgetisnull(result, row, column) != 0 }
 
     private func raw(_ column: Int32) -> UnsafeBufferPointer<UInt8> {
         guard let value = PQgetvalue(result, row, column) else { return UnsafeBufferPointer(start: nil, count: 0) }
@@ -31,18 +18,14 @@ struct PostgresRow {
     }
 
     /// A bigint column; the server writes it in decimal, so a malformed one cannot occur.
-    func integer(_ column: Int32) -> Int64 { Int64(String(decoding: raw(column), as: UTF8.self)) ?? 0 }
+    package func integer(_ column: Int32) -> Int64 { Int64(String(decoding: raw(column), as: UTF8.self)) ?? 0 }
 
-    func optionalInteger(_ column: Int32) -> Int64? { isNull(column) ? nil : integer(column) }
+    package func boolean(_ column: Int32) -> Bool { raw(column).first == UInt8(ascii: "t") }
 
-    func boolean(_ column: Int32) -> Bool { raw(column).first == UInt8(ascii: "t") }
-
-    func text(_ column: Int32) -> String { String(decoding: raw(column), as: UTF8.self) }
-
-    func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
+    package func text(_ column: Int32) -> String { String(decoding: raw(column), as: UTF8.self) }
 
     /// A bytea column in the server's hex output (`\x` then two digits a byte).
-    func bytes(_ column: Int32) -> [UInt8] {
+    package func bytes(_ column: Int32) -> [UInt8] {
         let text = raw(column)
         guard text.count >= 2, text[0] == UInt8(ascii: "\\"), text[1] == UInt8(ascii: "x") else { return [] }
         var bytes: [UInt8] = []
@@ -56,8 +39,6 @@ struct PostgresRow {
         return bytes
     }
 
-    func optionalBytes(_ column: Int32) -> [UInt8]? { isNull(column) ? nil : bytes(column) }
-
     private static func nibble(_ digit: UInt8) -> UInt8? {
         switch digit {
         case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
@@ -70,7 +51,19 @@ struct PostgresRow {
 
 /// One libpq connection and the statements prepared on it. Not thread-safe: the pool hands it
 /// to one thread at a time.
-final class PostgresConnection {
+final class PostgresConnection: TransactionalSession {
+    /// READ COMMITTED with row locks where a read decides a write (PostgresStore says why), the
+    /// usage of one organization spread over rows, and advisory locks for first reports.
+    static let dialect = SQLDialect(lockForUpdate: " FOR UPDATE", lockSkippingLocked: " FOR UPDATE SKIP LOCKED",
+                                    textsOfJSONArray: { "SELECT jsonb_array_elements_text(CAST(\($0) AS jsonb))" },
+                                    // A 64-bit hash of the organization and the key: a lock, not a unique
+                                    // constraint, because resolution may legitimately make a second visitor
+                                    // for one instanceId (a cloned image). Two hosts whose keys collide only
+                                    // wait for each other.
+                                    identityLock: "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
+                                    storageUsageSlots: 16)
+
+    var dialect: SQLDialect { Self.dialect }
     private var handle: OpaquePointer?
     /// The passwords of the connection string: never in a message of ours.
     private let secrets: ConnectionSecrets
@@ -150,7 +143,7 @@ final class PostgresConnection {
     }
 
     /// Runs a prepared statement and maps every row it yields.
-    func query<Row>(_ sql: String, _ values: [PostgresValue], row: (PostgresRow) throws(StoreError) -> Row) throws(StoreError) -> [Row] {
+    func query<Row>(_ sql: String, _ values: [SQLValue], row: (PostgresRow) throws(StoreError) -> Row) throws(StoreError) -> [Row] {
         let result = try run(sql, values)
         defer { PQclear(result) }
         let count = PQntuples(result)
@@ -166,12 +159,26 @@ final class PostgresConnection {
 
     /// Runs a prepared statement that yields no rows; returns how many rows it changed.
     @discardableResult
-    func execute(_ sql: String, _ values: [PostgresValue]) throws(StoreError) -> Int {
+    func execute(_ sql: String, _ values: [SQLValue]) throws(StoreError) -> Int {
         let result = try run(sql, values)
         defer { PQclear(result) }
         guard let tuples = PQcmdTuples(result) else { return 0 }
         return Int(String(cString: tuples)) ?? 0
     }
+
+    /// This backend writes blobs plain: TOAST compresses them, and it reads either encoding.
+    func storedForm(_ bytes: [UInt8]) -> (bytes: [UInt8], encoding: StoredBlobCodec.Encoding) { (bytes, .plain) }
+
+    func beginTransaction() throws(StoreError) { try command("BEGIN ISOLATION LEVEL READ COMMITTED") }
+
+    func commitTransaction() throws(StoreError) { try command("COMMIT") }
+
+    func rollbackTransaction() {
+        if isHealthy, isInTransaction { _ = try? command("ROLLBACK") }
+    }
+
+    /// The connection may break after the server committed and before it said so.
+    var commitFailureMayHaveLanded: Bool { true }
 
     // MARK: Internals
 
@@ -235,7 +242,7 @@ final class PostgresConnection {
         return name
     }
 
-    private func run(_ sql: String, _ values: [PostgresValue]) throws(StoreError) -> OpaquePointer {
+    private func run(_ sql: String, _ values: [SQLValue]) throws(StoreError) -> OpaquePointer {
         guard let handle else { throw StoreError("the database connection is closed", isTransient: true) }
         guard let count = Int32(exactly: values.count) else { throw StoreError("too many statement parameters") }
         let name = try prepared(sql, parameterCount: count)

@@ -7,26 +7,16 @@ import FingerlyStore
 /// Text columns are COLLATE "C": SQLite compares text bytewise, and listings must come back in
 /// the same order from both backends whatever locale the database was created with.
 enum PostgresSchema {
-    struct Migration {
-        let version: Int64
-        let statements: [String]
-    }
-
-    static var latestVersion: Int64 { migrations.last?.version ?? 0 }
+    static var latestVersion: Int64 { migrations.latestVersion }
 
     /// Two-key advisory lock (a key space apart from the one-key locks of `lockIdentity`) that
     /// serializes instances migrating at the same moment.
     static let migrationLock: (Int32, Int32) = (0x46_6C_79, 1)
 
-    static let createMigrationTable = """
-        CREATE TABLE IF NOT EXISTS schema_migrations (
-            version BIGINT PRIMARY KEY NOT NULL,
-            applied_at BIGINT NOT NULL
-        )
-        """
+    static let createMigrationTable = SharedMigrations.migrationTable(integer: "BIGINT")
 
-    static let migrations: [Migration] = [
-        Migration(version: 1, statements: [
+    static let migrations: [SchemaMigration] = [
+        SchemaMigration(version: 1, statements: [
             """
             CREATE TABLE organizations (
                 name TEXT COLLATE "C" PRIMARY KEY NOT NULL,
@@ -44,7 +34,7 @@ enum PostgresSchema {
                 created_at BIGINT NOT NULL
             )
             """,
-            "CREATE INDEX keys_organization ON keys(organization)",
+            SharedMigrations.keysByOrganization,
             // The in-flight state is this row: its primary key is what makes two instances given
             // one key at the same moment store one event.
             """
@@ -60,7 +50,7 @@ enum PostgresSchema {
                 PRIMARY KEY (organization, key)
             )
             """,
-            "CREATE INDEX idempotency_created_at ON idempotency(created_at)",
+            SharedMigrations.idempotencyByAge,
             """
             CREATE TABLE visitors (
                 id TEXT COLLATE "C" PRIMARY KEY NOT NULL,
@@ -71,7 +61,7 @@ enum PostgresSchema {
                 last_seen BIGINT NOT NULL
             )
             """,
-            "CREATE INDEX visitors_instance ON visitors(organization, instance_id)",
+            SharedMigrations.visitorsByInstance,
             """
             CREATE TABLE visitor_components (
                 visitor_id TEXT COLLATE "C" NOT NULL REFERENCES visitors(id) ON DELETE CASCADE,
@@ -82,7 +72,7 @@ enum PostgresSchema {
                 PRIMARY KEY (visitor_id, scope, name, hash)
             )
             """,
-            "CREATE INDEX visitor_components_hash ON visitor_components(organization, hash)",
+            SharedMigrations.componentsByHash,
             """
             CREATE TABLE visitor_device_keys (
                 visitor_id TEXT COLLATE "C" NOT NULL REFERENCES visitors(id) ON DELETE CASCADE,
@@ -99,7 +89,7 @@ enum PostgresSchema {
                 document BYTEA NOT NULL
             )
             """,
-            "CREATE INDEX events_received_at ON events(received_at)",
+            SharedMigrations.eventsByAge,
             """
             CREATE TABLE counters (
                 bucket TEXT COLLATE "C" NOT NULL,
@@ -108,21 +98,18 @@ enum PostgresSchema {
                 PRIMARY KEY (bucket, window_start)
             )
             """,
-            "CREATE INDEX counters_window ON counters(window_start)",
+            SharedMigrations.countersByWindow,
         ]),
         // As in SQLite: the window index cost a write per request and served only the sweep.
-        Migration(version: 2, statements: ["DROP INDEX counters_window"]),
+        SharedMigrations.withoutCounterWindows,
         // The encoding columns SQLite's migration 3 adds, so both backends keep one schema:
         // PostgreSQL writes its blobs plain (TOAST compresses them) and reads either encoding
         // (StoredBlobCodec). A constant default rewrites no row; a CHECK would scan the events
         // table under an exclusive lock, and this backend writes only 0.
-        Migration(version: 3, statements: [
-            "ALTER TABLE events ADD COLUMN document_encoding SMALLINT NOT NULL DEFAULT 0",
-            "ALTER TABLE idempotency ADD COLUMN response_encoding SMALLINT NOT NULL DEFAULT 0",
-        ]),
+        SharedMigrations.encodingColumns(type: "SMALLINT", checked: false),
         // SQLite's migration 4: device keys by the time they were first proven, and the
         // organization's identifier secret.
-        Migration(version: 4, statements: [
+        SchemaMigration(version: 4, statements: [
             "ALTER TABLE visitor_device_keys ADD COLUMN first_proven_at BIGINT NOT NULL DEFAULT 0",
             """
             UPDATE visitor_device_keys SET first_proven_at = visitors.first_seen
@@ -132,7 +119,7 @@ enum PostgresSchema {
         ]),
         // SQLiteSchema's migration 5: each organization's stored bytes, here over several slots
         // so concurrent identify transactions of one organization rarely wait on one row lock.
-        Migration(version: SchemaVersion.storageUsage, statements: [
+        SchemaMigration(version: SchemaVersion.storageUsage, statements: [
             "ALTER TABLE organizations ADD COLUMN storage_quota BIGINT",
             """
             CREATE TABLE storage_usage (
@@ -142,29 +129,15 @@ enum PostgresSchema {
                 PRIMARY KEY (organization, slot)
             )
             """,
-            """
-            INSERT INTO storage_usage (organization, slot, bytes)
-            SELECT organization, 0, sum(octet_length(document)) FROM events GROUP BY organization
-            """,
+            SharedMigrations.storageUsageOfEvents,
         ]),
         // SQLiteSchema's migration 6: each visitor's event bytes, visitor rows in the quota, and
         // device keys looked up by keyid.
-        Migration(version: SchemaVersion.deviceShare, statements: [
+        SchemaMigration(version: SchemaVersion.deviceShare, statements: [
             "ALTER TABLE visitors ADD COLUMN event_bytes BIGINT NOT NULL DEFAULT 0",
-            """
-            UPDATE visitors SET event_bytes = stored.bytes
-            FROM (SELECT visitor_id, sum(octet_length(document)) AS bytes FROM events GROUP BY visitor_id) AS stored
-            WHERE visitors.id = stored.visitor_id
-            """,
-            "CREATE INDEX visitor_device_keys_key ON visitor_device_keys(key_id)",
-            """
-            INSERT INTO storage_usage (organization, slot, bytes)
-            SELECT organization, 0, count(*) * 256
-                + coalesce(sum((SELECT count(*) FROM visitor_components AS c WHERE c.visitor_id = v.id)), 0) * 192
-                + coalesce(sum((SELECT count(*) FROM visitor_device_keys AS k WHERE k.visitor_id = v.id)), 0) * 160
-            FROM visitors AS v GROUP BY organization
-            ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes
-            """,
+            SharedMigrations.eventBytesOfVisitors,
+            SharedMigrations.deviceKeysByKeyId,
+            SharedMigrations.usageOfVisitorRows,
         ]),
     ]
 }

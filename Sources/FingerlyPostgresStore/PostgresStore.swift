@@ -81,7 +81,7 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
 
     package func transaction<Result>(_ body: (any StoreTransaction) throws(StoreError) -> Result) throws(StoreError) -> Result {
         try retrying { connection throws(StoreError) in
-            let transaction = PostgresTransaction(connection: connection)
+            let transaction = SQLTransaction(session: connection)
             defer { transaction.isOpen = false }
             return try body(transaction)
         }
@@ -149,66 +149,18 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
 
     // MARK: Transactions
 
-    /// What a failed attempt leaves to decide: run it again or not.
-    private enum Outcome<Result> {
-        case done(Result)
-        case failed(StoreError, retry: Bool)
-    }
-
-    private func pause(beforeAttempt attempt: Int) {
-        let base = options.retryPauseMilliseconds << min(attempt - 1, 6)
-        // Jitter, so two instances that collided do not collide again in step.
-        let milliseconds = base + Int.random(in: 0...max(base / 2, 1))
-        usleep(UInt32(clamping: milliseconds * 1_000))
-    }
-
     /// BEGIN … COMMIT around `body`, ROLLBACK when it throws; a transient failure before COMMIT
     /// runs `body` again, so `body` must have no effect outside the database. A COMMIT that
-    /// fails is never retried: whether it landed is unknown, and running `body` again could
-    /// apply it twice. The caller gets the error (never a success that was not committed).
+    /// fails is never retried (`TransactionAttempt.outcomeUnknown`).
     private func retrying<Result>(_ body: (PostgresConnection) throws(StoreError) -> Result) throws(StoreError) -> Result {
-        var attempt = 0
-        while true {
-            let outcome: Outcome<Result>
-            do {
-                outcome = try withConnection { connection throws(StoreError) -> Outcome<Result> in
-                    Self.runTransaction(on: connection, body)
-                }
+        try TransactionRetry(attempts: options.attempts, pauseMilliseconds: options.retryPauseMilliseconds).run {
+            () -> TransactionAttempt<Result> in
+            do throws(StoreError) {
+                return try withConnection { connection throws(StoreError) in connection.attempt(body) }
             } catch {
-                outcome = .failed(error, retry: error.isTransient)
-            }
-            switch outcome {
-            case .done(let result):
-                return result
-            case .failed(let error, let retry):
-                attempt += 1
-                guard retry, error.isTransient, attempt < options.attempts else { throw error }
-                pause(beforeAttempt: attempt)
+                return .rolledBack(error)
             }
         }
-    }
-
-    private static func runTransaction<Result>(on connection: PostgresConnection,
-                                               _ body: (PostgresConnection) throws(StoreError) -> Result) -> Outcome<Result> {
-        do {
-            try connection.command("BEGIN ISOLATION LEVEL READ COMMITTED")
-        } catch {
-            return .failed(error, retry: true)
-        }
-        let result: Result
-        do {
-            result = try body(connection)
-        } catch {
-            if connection.isHealthy, connection.isInTransaction { _ = try? connection.command("ROLLBACK") }
-            return .failed(error, retry: true)
-        }
-        do {
-            try connection.command("COMMIT")
-        } catch {
-            if connection.isHealthy, connection.isInTransaction { _ = try? connection.command("ROLLBACK") }
-            return .failed(StoreError("the commit's outcome is unknown: \(error.message)", isTransient: true), retry: false)
-        }
-        return .done(result)
     }
 
     // MARK: Schema
@@ -223,10 +175,11 @@ package final class PostgresStore: IdentityStore, @unchecked Sendable {
     private func migrate(apply: Bool) throws(StoreError) {
         let known = PostgresSchema.latestVersion
         let pending = apply ? PostgresSchema.migrations : []
-        for migration in [PostgresSchema.Migration(version: 0, statements: [])] + pending {
+        for migration in [SchemaMigration(version: 0, statements: [])] + pending {
             try retrying { connection throws(StoreError) in
                 _ = try connection.query("SELECT pg_advisory_xact_lock($1::integer, $2::integer)",
-                                         [.integer(Int64(PostgresSchema.migrationLock.0)), .integer(Int64(PostgresSchema.migrationLock.1))]) { _ in () }
+                                         [.integer(Int64(PostgresSchema.migrationLock.0)),
+                                          .integer(Int64(PostgresSchema.migrationLock.1))]) { _ in () }
                 // Under the lock: two instances creating it at once would collide in the catalog.
                 try connection.command(PostgresSchema.createMigrationTable)
                 let current = try Self.currentVersion(connection)

@@ -3,49 +3,43 @@ import CSQLite
 import FingerlyStore
 import Glibc
 
-/// A value bound to a statement parameter. Values only ever reach SQL through binds.
-enum SQLValue {
-    case integer(Int64)
-    case text(String)
-    case blob([UInt8])
-    case null
-
-    static func optionalText(_ text: String?) -> SQLValue { text.map(SQLValue.text) ?? .null }
-    static func optionalInteger(_ value: Int?) -> SQLValue { value.map { .integer(Int64($0)) } ?? .null }
-    static func optionalBlob(_ bytes: [UInt8]?) -> SQLValue { bytes.map(SQLValue.blob) ?? .null }
-}
-
 /// The current row of a stepping statement; valid only inside the row callback.
-struct SQLRow {
+package struct SQLiteRow: SQLRow {
     fileprivate let statement: OpaquePointer
 
-    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement, column) == SQLITE_NULL }
+    package func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement, column) == SQLITE_NULL }
 
-    func integer(_ column: Int32) -> Int64 { sqlite3_column_int64(statement, column) }
+    package func integer(_ column: Int32) -> Int64 { sqlite3_column_int64(statement, column) }
 
-    func optionalInteger(_ column: Int32) -> Int64? { isNull(column) ? nil : integer(column) }
+    /// Booleans are integers in SQLite: 0 is false.
+    package func boolean(_ column: Int32) -> Bool { integer(column) != 0 }
 
-    func text(_ column: Int32) -> String {
+    package func text(_ column: Int32) -> String {
         guard let start = sqlite3_column_text(statement, column) else { return "" }
         let count = Int(sqlite3_column_bytes(statement, column))
         return String(decoding: UnsafeBufferPointer(start: start, count: count), as: UTF8.self)
     }
 
-    func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
-
-    func blob(_ column: Int32) -> [UInt8] {
+    package func bytes(_ column: Int32) -> [UInt8] {
         // A zero-length blob comes back as a NULL pointer.
         guard let start = sqlite3_column_blob(statement, column) else { return [] }
         let count = Int(sqlite3_column_bytes(statement, column))
         return Array(UnsafeRawBufferPointer(start: start, count: count))
     }
-
-    func optionalBlob(_ column: Int32) -> [UInt8]? { isNull(column) ? nil : blob(column) }
 }
 
 /// One SQLite connection and its prepared statements. Not thread-safe: SQLiteStore reaches it
 /// under its lock only.
-final class SQLiteConnection {
+final class SQLiteConnection: TransactionalSession {
+    /// One writer at a time (BEGIN IMMEDIATE) needs no row locks, and one row of usage serves.
+    static let dialect = SQLDialect(lockForUpdate: "", lockSkippingLocked: "",
+                                    textsOfJSONArray: { "SELECT value FROM json_each(\($0))" }, identityLock: nil,
+                                    storageUsageSlots: 1)
+
+    var dialect: SQLDialect { Self.dialect }
+
+    /// The page cache of one connection, in KiB.
+    static let cacheKibibytes = 65_536
     private var database: OpaquePointer?
     /// Keyed by SQL text. Every text is a constant of this module, so the cache stays as small
     /// as the set of queries.
@@ -80,6 +74,11 @@ final class SQLiteConnection {
             }
             _ = try execute("PRAGMA synchronous=NORMAL", [])
             _ = try execute("PRAGMA foreign_keys=ON", [])
+            // SQLite's default cache of 2 MB is smaller than the indexes a busy organization
+            // touches at random (component hashes, visitor ids): every miss is a pread, and the
+            // distinct-hosts workload of bench/server spent a fifth of its time copying pages in.
+            // Pages are allocated as they are used, so a small database costs no more.
+            _ = try execute("PRAGMA cache_size=-\(Self.cacheKibibytes)", [])
         } catch {
             close()
             throw error
@@ -141,10 +140,22 @@ final class SQLiteConnection {
         if let cached = statements[sql] { return cached }
         guard let database else { throw StoreError("the database is closed") }
         var statement: OpaquePointer?
-        let code = sqlite3_prepare_v3(database, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        let code = sqlite3_prepare_v3(database, Self.numberedParameters(sql), -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
         guard code == SQLITE_OK, let statement else { throw failure(code, "cannot prepare a statement") }
         statements[sql] = statement
         return statement
+    }
+
+    /// The statements of `SQLTransaction` number parameters `$1`, as PostgreSQL does; SQLite
+    /// reads `$1` as a parameter *named* "1", numbered by where it first appears, so each
+    /// becomes `?1`. No statement of this package holds a `$` inside a string literal.
+    static func numberedParameters(_ sql: String) -> String {
+        var bytes = Array(sql.utf8)
+        for index in bytes.indices.dropLast() where bytes[index] == UInt8(ascii: "$")
+            && (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index + 1]) {
+            bytes[index] = UInt8(ascii: "?")
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     private func bind(_ values: [SQLValue], to statement: OpaquePointer) throws(StoreError) {
@@ -154,13 +165,15 @@ final class SQLiteConnection {
             switch value {
             case .integer(let number):
                 code = sqlite3_bind_int64(statement, index, number)
+            case .boolean(let flag):
+                code = sqlite3_bind_int64(statement, index, flag ? 1 : 0)
             case .null:
                 code = sqlite3_bind_null(statement, index)
             case .text(let text):
                 guard let length = Int32(exactly: text.utf8.count) else { throw StoreError("a text value is too long to store") }
                 // withCString copies interior NULs too; the explicit length keeps them.
                 code = text.withCString { fingerly_sqlite_bind_text(statement, index, $0, length) }
-            case .blob(let bytes):
+            case .bytes(let bytes):
                 guard let length = Int32(exactly: bytes.count) else { throw StoreError("a blob is too long to store") }
                 // A NULL pointer would bind SQL NULL, and an empty array may have no storage.
                 code = bytes.isEmpty
@@ -172,7 +185,7 @@ final class SQLiteConnection {
     }
 
     /// Runs a statement and maps every row it yields.
-    func query<Row>(_ sql: String, _ values: [SQLValue], row: (SQLRow) throws(StoreError) -> Row) throws(StoreError) -> [Row] {
+    func query<Row>(_ sql: String, _ values: [SQLValue], row: (SQLiteRow) throws(StoreError) -> Row) throws(StoreError) -> [Row] {
         let statement = try prepared(sql)
         defer {
             sqlite3_reset(statement)
@@ -184,7 +197,7 @@ final class SQLiteConnection {
             let code = sqlite3_step(statement)
             if code == SQLITE_DONE { return rows }
             guard code == SQLITE_ROW else { throw failure(code, "a statement failed") }
-            rows.append(try row(SQLRow(statement: statement)))
+            rows.append(try row(SQLiteRow(statement: statement)))
         }
     }
 
@@ -194,4 +207,20 @@ final class SQLiteConnection {
         _ = try query(sql, values) { _ in () }
         return changes
     }
+
+    func storedForm(_ bytes: [UInt8]) -> (bytes: [UInt8], encoding: StoredBlobCodec.Encoding) { blobs.encode(bytes) }
+
+    // IMMEDIATE takes the write lock up front: a deferred transaction that read first could
+    // fail to upgrade halfway, after its reads had decided what to write.
+    func beginTransaction() throws(StoreError) { try execute("BEGIN IMMEDIATE", []) }
+
+    func commitTransaction() throws(StoreError) { try execute("COMMIT", []) }
+
+    /// Some errors (a full disk, an I/O error) end the transaction themselves.
+    func rollbackTransaction() {
+        if !isAutocommit { _ = try? execute("ROLLBACK", []) }
+    }
+
+    /// A COMMIT that failed did not land: SQLite's commit is the WAL frame that marks it.
+    var commitFailureMayHaveLanded: Bool { false }
 }

@@ -4,27 +4,17 @@ import FingerlyStore
 /// appends one. Column types and constraints stay within what PostgreSQL also has, so the next
 /// backend can keep the same shape.
 enum SQLiteSchema {
-    struct Migration {
-        let version: Int64
-        let statements: [String]
-    }
+    static var latestVersion: Int64 { migrations.latestVersion }
 
-    static var latestVersion: Int64 { migrations.last?.version ?? 0 }
-
-    static let createMigrationTable = """
-        CREATE TABLE IF NOT EXISTS schema_migrations (
-            version INTEGER PRIMARY KEY NOT NULL,
-            applied_at INTEGER NOT NULL
-        )
-        """
+    static let createMigrationTable = SharedMigrations.migrationTable(integer: "INTEGER")
 
     // WITHOUT ROWID on the tables of small rows keyed by text: the primary key is the table, not a
     // second b-tree beside it, so an insert writes one page fewer. Events keep their rowid: a
     // 20 KB document belongs in overflow pages, not in an index b-tree. Events are read by
     // request_id with the organization in the WHERE clause; the primary key serves that alone,
     // so there is no (organization, request_id) index to write on every insert.
-    static let migrations: [Migration] = [
-        Migration(version: 1, statements: [
+    static let migrations: [SchemaMigration] = [
+        SchemaMigration(version: 1, statements: [
             """
             CREATE TABLE organizations (
                 name TEXT PRIMARY KEY NOT NULL,
@@ -42,7 +32,7 @@ enum SQLiteSchema {
                 created_at INTEGER NOT NULL
             )
             """,
-            "CREATE INDEX keys_organization ON keys(organization)",
+            SharedMigrations.keysByOrganization,
             """
             CREATE TABLE idempotency (
                 organization TEXT NOT NULL,
@@ -57,7 +47,7 @@ enum SQLiteSchema {
             ) WITHOUT ROWID
             """,
             // Expiry sweeps by age; without it each sweep reads the whole table under the write lock.
-            "CREATE INDEX idempotency_created_at ON idempotency(created_at)",
+            SharedMigrations.idempotencyByAge,
             """
             CREATE TABLE visitors (
                 id TEXT PRIMARY KEY NOT NULL,
@@ -69,7 +59,7 @@ enum SQLiteSchema {
             ) WITHOUT ROWID
             """,
             // No index on last_seen: it changes on every identify, and only an operator's listing sorts by it.
-            "CREATE INDEX visitors_instance ON visitors(organization, instance_id)",
+            SharedMigrations.visitorsByInstance,
             // The organization is repeated here so a hash lookup never leaves its organization
             // and the index serves it alone.
             """
@@ -82,7 +72,7 @@ enum SQLiteSchema {
                 PRIMARY KEY (visitor_id, scope, name, hash)
             ) WITHOUT ROWID
             """,
-            "CREATE INDEX visitor_components_hash ON visitor_components(organization, hash)",
+            SharedMigrations.componentsByHash,
             """
             CREATE TABLE visitor_device_keys (
                 visitor_id TEXT NOT NULL REFERENCES visitors(id) ON DELETE CASCADE,
@@ -99,7 +89,7 @@ enum SQLiteSchema {
                 document BLOB NOT NULL
             )
             """,
-            "CREATE INDEX events_received_at ON events(received_at)",
+            SharedMigrations.eventsByAge,
             // window_start, not window: WINDOW is reserved in PostgreSQL.
             """
             CREATE TABLE counters (
@@ -109,23 +99,20 @@ enum SQLiteSchema {
                 PRIMARY KEY (bucket, window_start)
             ) WITHOUT ROWID
             """,
-            "CREATE INDEX counters_window ON counters(window_start)",
+            SharedMigrations.countersByWindow,
         ]),
         // Every identify increments a counter, and the index on its window cost a WAL page per
         // request (bench/server); the sweep it served reads a table of at most a minute of
         // windows per key, which a scan does as well.
-        Migration(version: 2, statements: ["DROP INDEX counters_window"]),
+        SharedMigrations.withoutCounterWindows,
         // Large documents and answers are kept LZ4-compressed (StoredBlobCodec); each row says
         // how its blob is encoded, and the rows already there are plain. Adding a column with a
         // constant default rewrites no row.
-        Migration(version: 3, statements: [
-            "ALTER TABLE events ADD COLUMN document_encoding INTEGER NOT NULL DEFAULT 0 CHECK (document_encoding IN (0, 1))",
-            "ALTER TABLE idempotency ADD COLUMN response_encoding INTEGER NOT NULL DEFAULT 0 CHECK (response_encoding IN (0, 1))",
-        ]),
+        SharedMigrations.encodingColumns(type: "INTEGER", checked: true),
         // Device keys are kept and evicted by the time a request first proved them, not by keyid
         // (an attacker picks keyids); a key stored before knew only its visitor's first_seen. Each
         // organization gets a secret its stored identifiers are keyed with, made at first use.
-        Migration(version: 4, statements: [
+        SchemaMigration(version: 4, statements: [
             "ALTER TABLE visitor_device_keys ADD COLUMN first_proven_at INTEGER NOT NULL DEFAULT 0",
             """
             UPDATE visitor_device_keys SET first_proven_at = COALESCE(
@@ -139,7 +126,7 @@ enum SQLiteSchema {
         // PostgreSQL can spread one organization's concurrent writes over several rows (slot);
         // SQLite, one writer at a time, uses slot 0. Visitors are swept by age without an index
         // on last_seen: it changes on every identify, and the hourly sweep may scan.
-        Migration(version: SchemaVersion.storageUsage, statements: [
+        SchemaMigration(version: SchemaVersion.storageUsage, statements: [
             "ALTER TABLE organizations ADD COLUMN storage_quota INTEGER",
             """
             CREATE TABLE storage_usage (
@@ -149,31 +136,17 @@ enum SQLiteSchema {
                 PRIMARY KEY (organization, slot)
             ) WITHOUT ROWID
             """,
-            """
-            INSERT INTO storage_usage (organization, slot, bytes)
-            SELECT organization, 0, sum(length(document)) FROM events GROUP BY organization
-            """,
+            SharedMigrations.storageUsageOfEvents,
         ]),
         // One device's share of the quota: the bytes of events each visitor keeps, on its row (the
         // row an identify writes anyway). Visitor rows count against the quota (the figures of
         // StoreLimits.rowBytes when this shipped). Device keys are looked up by keyid: a key that
         // claimed another's identity is settled as a visitor of its own, found by the key alone.
-        Migration(version: SchemaVersion.deviceShare, statements: [
+        SchemaMigration(version: SchemaVersion.deviceShare, statements: [
             "ALTER TABLE visitors ADD COLUMN event_bytes INTEGER NOT NULL DEFAULT 0",
-            """
-            UPDATE visitors SET event_bytes = stored.bytes
-            FROM (SELECT visitor_id, sum(length(document)) AS bytes FROM events GROUP BY visitor_id) AS stored
-            WHERE visitors.id = stored.visitor_id
-            """,
-            "CREATE INDEX visitor_device_keys_key ON visitor_device_keys(key_id)",
-            """
-            INSERT INTO storage_usage (organization, slot, bytes)
-            SELECT organization, 0, count(*) * 256
-                + coalesce(sum((SELECT count(*) FROM visitor_components AS c WHERE c.visitor_id = v.id)), 0) * 192
-                + coalesce(sum((SELECT count(*) FROM visitor_device_keys AS k WHERE k.visitor_id = v.id)), 0) * 160
-            FROM visitors AS v WHERE true GROUP BY organization
-            ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes
-            """,
+            SharedMigrations.eventBytesOfVisitors,
+            SharedMigrations.deviceKeysByKeyId,
+            SharedMigrations.usageOfVisitorRows,
         ]),
     ]
 }

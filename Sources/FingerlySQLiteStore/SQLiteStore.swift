@@ -104,7 +104,7 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
         // the group has let go of it: the closure never outlives this call.
         let failure: StoreError? = withoutActuallyEscaping(body) { body in
             let work = GroupedTransaction { connection throws(StoreError) in
-                let transaction = SQLiteTransaction(connection: connection)
+                let transaction = SQLTransaction(session: connection)
                 // A transaction object kept past its closure must not write outside BEGIN…COMMIT.
                 defer { transaction.isOpen = false }
                 result = try body(transaction)
@@ -118,6 +118,8 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
 
     /// Transactions waiting for a batch, and the most one batch has held (tests).
     package var groupCounts: (waiting: Int, largestBatch: Int) { group.counts }
+
+    package var groupCommits: GroupCommitCounts? { group.committed }
 
     /// One BEGIN IMMEDIATE … COMMIT for a batch (`retrying`, which attempts it again after a
     /// transient failure): each body in a savepoint when there are several, so one that throws
@@ -201,47 +203,22 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
         return try body(connection)
     }
 
-    private func pause(beforeAttempt attempt: Int) {
-        let base = options.retryPauseMilliseconds << min(attempt - 1, 6)
-        // Jitter, so two processes that collided do not collide again in step.
-        let milliseconds = base + Int.random(in: 0...max(base / 2, 1))
-        usleep(UInt32(clamping: milliseconds * 1_000))
-    }
-
     /// BEGIN IMMEDIATE … COMMIT around `body`, ROLLBACK when it throws; attempts again after busy
     /// or locked, so `body` must have no effect outside the database.
     private func retrying<Result>(_ body: (SQLiteConnection) throws(StoreError) -> Result) throws(StoreError) -> Result {
-        var attempt = 0
-        while true {
-            do {
+        try TransactionRetry(attempts: options.attempts, pauseMilliseconds: options.retryPauseMilliseconds).run {
+            () -> TransactionAttempt<Result> in
+            do throws(StoreError) {
                 return try withConnection { connection throws(StoreError) in
-                    let result = try Self.runTransaction(on: connection, body)
-                    if let checkpointer, checkpointer.writerShouldMerge {
+                    let outcome = connection.attempt(body)
+                    if case .committed = outcome, let checkpointer, checkpointer.writerShouldMerge {
                         connection.checkpoint()
                     }
-                    return result
+                    return outcome
                 }
             } catch {
-                attempt += 1
-                guard error.isTransient, attempt < options.attempts else { throw error }
-                pause(beforeAttempt: attempt)
+                return .rolledBack(error)
             }
-        }
-    }
-
-    private static func runTransaction<Result>(on connection: SQLiteConnection,
-                                               _ body: (SQLiteConnection) throws(StoreError) -> Result) throws(StoreError) -> Result {
-        // IMMEDIATE takes the write lock up front: a deferred transaction that read first could
-        // fail to upgrade halfway, after its reads had decided what to write.
-        try connection.execute("BEGIN IMMEDIATE", [])
-        do {
-            let result = try body(connection)
-            try connection.execute("COMMIT", [])
-            return result
-        } catch {
-            // Some errors (a full disk, an I/O error) end the transaction themselves.
-            if !connection.isAutocommit { _ = try? connection.execute("ROLLBACK", []) }
-            throw error
         }
     }
 
@@ -255,7 +232,7 @@ package final class SQLiteStore: IdentityStore, @unchecked Sendable {
         let known = SQLiteSchema.latestVersion
         let path = path
         // Version 0 only creates the bookkeeping table and refuses a newer database.
-        for migration in [SQLiteSchema.Migration(version: 0, statements: [])] + SQLiteSchema.migrations {
+        for migration in [SchemaMigration(version: 0, statements: [])] + SQLiteSchema.migrations {
             try retrying { connection throws(StoreError) in
                 try connection.execute(SQLiteSchema.createMigrationTable, [])
                 let current = try Self.currentVersion(connection)
@@ -297,12 +274,20 @@ final class TransactionGroup: @unchecked Sendable {
     private var queue: [GroupedTransaction] = []
     private var leading = false
     private var largestCommitted = 0
+    private var committedCounts = GroupCommitCounts()
 
     /// Transactions queued for the next batch, and the most one batch has held (tests).
     var counts: (waiting: Int, largestBatch: Int) {
         condition.lock()
         defer { condition.unlock() }
         return (queue.count, largestCommitted)
+    }
+
+    /// Batches committed so far, by size.
+    var committed: GroupCommitCounts {
+        condition.lock()
+        defer { condition.unlock() }
+        return committedCounts
     }
 
     /// Runs `work` in some batch and returns its failure, nil once it is committed.
@@ -319,6 +304,7 @@ final class TransactionGroup: @unchecked Sendable {
             let batch = Array(queue.prefix(Self.largestBatch))
             queue.removeFirst(batch.count)
             largestCommitted = max(largestCommitted, batch.count)
+            committedCounts.add(batchOf: batch.count)
             condition.unlock()
             commit(batch)
             condition.lock()

@@ -257,4 +257,30 @@ package protocol IdentityStore: Sendable {
     /// again: it must have no effect outside the store. Other requests may wait while it runs, so
     /// decoding, scoring and encoding belong outside it.
     func transaction<Result>(_ body: (any StoreTransaction) throws(StoreError) -> Result) throws(StoreError) -> Result
+
+    /// How many transactions each commit carried, where the store groups them (SQLite); nil
+    /// where every transaction commits alone.
+    var groupCommits: GroupCommitCounts? { get }
+}
+
+extension IdentityStore {
+    package var groupCommits: GroupCommitCounts? { nil }
+}
+
+/// Commits by how many transactions each carried: a histogram over powers of two.
+package struct GroupCommitCounts: Sendable, Hashable {
+    /// Upper bounds of the buckets; a commit of more than the last is counted in the last.
+    package static let bounds = [1, 2, 4, 8, 16, 32]
+    /// Commits with at most `bounds[i]` transactions (and more than the bound before).
+    package private(set) var commits = [Int](repeating: 0, count: bounds.count)
+    /// Transactions carried in all.
+    package private(set) var transactions = 0
+
+    package init() {}
+
+    package mutating func add(batchOf size: Int) {
+        let bucket = Self.bounds.firstIndex { size <= $0 } ?? Self.bounds.count - 1
+        commits[bucket] += 1
+        transactions += size
+    }
 }

@@ -37,10 +37,15 @@ package enum StoreLimits {
         guard distinct.count <= maximumLookupHashes else {
             throw StoreError("a visitor lookup by \(distinct.count) component hashes exceeds \(maximumLookupHashes)")
         }
+        return try jsonArray(distinct)
+    }
+
+    /// Texts as one JSON array of strings: one bound parameter however many there are.
+    package static func jsonArray(_ texts: [String]) throws(StoreError) -> String {
         do {
-            return String(decoding: try JSONEncoder().encode(distinct), as: UTF8.self)
+            return String(decoding: try JSONEncoder().encode(texts), as: UTF8.self)
         } catch {
-            throw StoreError("cannot encode a component lookup")
+            throw StoreError("cannot encode a list of \(texts.count) texts")
         }
     }
 }

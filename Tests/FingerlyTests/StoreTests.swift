@@ -218,6 +218,96 @@ private struct Deliberate: Error {}
         #expect(try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: nil) } == 1)
     }
 
+    /// Every way `putVisitor` writes a visitor's row leaves the same rows and the same quota cost:
+    /// made new (its components inserted a few rows a statement), seen again, its identifiers
+    /// changed, and removed by a sweep between the read and the write (made again).
+    @Test(arguments: StoreBackend.allCases) func everyWayOfWritingAVisitorLeavesTheSameRowsAndCost(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        func cost(_ visitor: VisitorRecord) -> Int64 {
+            StoreLimits.rowBytes(visitors: 1, components: Int64(visitor.components.count), keys: Int64(visitor.deviceKeys.count))
+        }
+        func stored() throws -> (VisitorRecord?, Int64) {
+            try store.transaction { tx throws(StoreError) in
+                (try tx.visitor(id: "v1", organization: "acme"), try tx.organization(named: "acme")?.storedBytes ?? -1)
+            }
+        }
+        try store.transaction { tx throws(StoreError) in _ = try tx.ensureOrganization(named: "acme", now: 1) }
+        // 19 components: two full statements of eight and one of three.
+        let made = visitor("v1", instanceId: "i1", hardwareId: "h1", hashes: (10..<29).map { "hash-\($0)" }, deviceKeys: ["dk1"])
+        try store.transaction { tx throws(StoreError) in try tx.putVisitor(made, stored: nil) }
+        #expect(try stored() == (made, cost(made)))
+
+        var seen = made
+        seen.lastSeen = 500
+        try store.transaction { tx throws(StoreError) in try tx.putVisitor(seen, stored: try tx.visitor(id: "v1", organization: "acme")) }
+        #expect(try stored() == (seen, cost(seen)))
+
+        var moved = seen
+        moved.instanceId = "i2"
+        moved.hardwareId = nil
+        moved.components.removeLast(4)
+        try store.transaction { tx throws(StoreError) in try tx.putVisitor(moved, stored: try tx.visitor(id: "v1", organization: "acme")) }
+        #expect(try stored() == (moved, cost(moved)))
+        #expect(try store.transaction { tx throws(StoreError) in try tx.visitors(instanceId: "i1", organization: "acme") }.isEmpty)
+
+        // Read, then gone before the write: it is made again, and costs what a new visitor costs.
+        let read = try store.transaction { tx throws(StoreError) in try tx.visitor(id: "v1", organization: "acme") }
+        #expect(try store.transaction { tx throws(StoreError) in try tx.expireVisitors(lastSeenBefore: 1_000) } == 1)
+        #expect(try stored() == (nil, 0))
+        var back = moved
+        back.lastSeen = 2_000
+        try store.transaction { tx throws(StoreError) in try tx.putVisitor(back, stored: read) }
+        #expect(try stored() == (back, cost(back)))
+
+        // Written unread, an existing visitor is rewritten in place, not counted twice.
+        try store.transaction { tx throws(StoreError) in try tx.putVisitor(back, stored: nil) }
+        #expect(try stored() == (back, cost(back)))
+    }
+
+    /// Sweeps take their rows a batch at a time (`SQLTransaction.sweepBatch`); what the rows cost
+    /// comes off the organizations and the visitors' shares in every batch, to the byte.
+    @Test(arguments: StoreBackend.allCases) func sweepsOfMoreThanABatchTakeTheirCostWithThem(backend: StoreBackend) throws {
+        let (store, dispose) = try backend.make()
+        defer { dispose() }
+        let events = Int(SQLTransaction<SQLiteConnection>.sweepBatch) * 2 + 37
+        let visitors = (0..<3).map { visitor("v\($0)", organization: $0 == 2 ? "other" : "acme", hashes: ["a\($0)", "b\($0)"]) }
+        try store.transaction { tx throws(StoreError) in
+            for record in visitors {
+                _ = try tx.ensureOrganization(named: record.organization, now: 1)
+                try tx.putVisitor(record, stored: nil)
+            }
+            for index in 0..<events {
+                let owner = visitors[index % 3]
+                try tx.insertEvent(EventRecord(requestId: "r\(index)", organization: owner.organization, visitorId: owner.id,
+                                               receivedAt: Int64(index % 2 == 0 ? 10 : 5_000), document: Array(repeating: UInt8(index % 251), count: 40)))
+            }
+        }
+        let old = (0..<events).filter { $0 % 2 == 0 }.count
+        #expect(try store.transaction { tx throws(StoreError) in try tx.expireEvents(receivedBefore: 100) } == old)
+        let (shares, bytes) = try store.transaction { tx throws(StoreError) in
+            (try visitors.map { (v) throws(StoreError) in try tx.visitor(id: v.id, organization: v.organization)?.eventBytes ?? -1 },
+             try tx.storedBytes())
+        }
+        let rows = visitors.map { _ in StoreLimits.rowBytes(visitors: 1, components: 2, keys: 0) }
+        #expect(bytes["acme"] == rows[0] + rows[1] + shares[0] + shares[1])
+        #expect(bytes["other"] == rows[2] + shares[2])
+        #expect(try store.transaction { tx throws(StoreError) in try tx.eventCount(organization: nil) } == events - old)
+        #expect(try store.transaction { tx throws(StoreError) in try tx.expireEvents(receivedBefore: .max) } == events - old)
+        #expect(try store.transaction { tx throws(StoreError) in try tx.expireVisitors(lastSeenBefore: .max) } == 3)
+        let left = try store.transaction { tx throws(StoreError) in try tx.storedBytes() }
+        #expect(left.values.allSatisfy { $0 == 0 }, "\(left)")
+
+        try store.transaction { tx throws(StoreError) in
+            for index in 0..<events {
+                try tx.putIdempotency(idempotency("k\(index)", createdAt: Int64(index)))
+                _ = try tx.incrementCounter(bucket: "b\(index % 7)", window: Int64(index))
+            }
+        }
+        #expect(try store.transaction { tx throws(StoreError) in try tx.expireIdempotency(createdBefore: .max) } == events)
+        #expect(try store.transaction { tx throws(StoreError) in try tx.expireCounters(windowsBefore: .max) } == events)
+    }
+
     /// A large document and answer come back byte for byte, whether the backend compresses
     /// them (SQLite) or leaves that to the database (PostgreSQL).
     @Test(arguments: StoreBackend.allCases) func largeDocumentsAndAnswersComeBackWhole(backend: StoreBackend) throws {

@@ -64,11 +64,11 @@ import Testing
         try Self.withStore { store, path in
             let connection = try SQLiteConnection(path: path, busyTimeoutMilliseconds: 1_000, checkpointOnClose: true)
             _ = try connection.execute("INSERT INTO events (request_id, organization, visitor_id, received_at, document) VALUES ('old', 'acme', 'v', 1, ?1)",
-                                       [.blob(Self.document)])
+                                       [.bytes(Self.document)])
             _ = try connection.execute("""
                 INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at)
                 VALUES ('acme', 'old', x'01', 'complete', ?1, 200, 1, 1)
-                """, [.blob(Self.document)])
+                """, [.bytes(Self.document)])
             connection.close()
             let read = try store.transaction { tx throws(StoreError) in
                 (try tx.event(requestId: "old", organization: "acme")?.document, try tx.idempotency(organization: "acme", key: "old")?.response)
