@@ -153,14 +153,14 @@ package final class IdentityEngine: Sendable {
     package func identify(organization: String, idempotencyKey: String, body: [UInt8], deviceKeyID: String?,
                           signatureVerified: Bool, rotatedFrom: String? = nil, now: Int64) -> EngineAnswer {
         identify(idempotencyKey: idempotencyKey, body: body, deviceKeyID: deviceKeyID, signatureVerified: signatureVerified,
-                 rotatedFrom: rotatedFrom, now: now) { (tx) throws(StoreError) in
+                 rotatedFrom: rotatedFrom, organizationHint: organization, now: now) { (tx) throws(StoreError) in
             // No key admitted it: the organization may not exist yet, and its secret lives in its row.
             _ = try tx.ensureOrganization(named: organization, now: now)
             return .admitted(organization: organization)
         }
     }
 
-    /// What the caller's admission step decides, inside the engine's first transaction.
+    /// What the caller's admission step decides, inside the engine's transaction.
     package enum Admission {
         /// `deviceStorageLimit`: bytes of events one visitor (one device) may keep, nil for no
         /// bound; a visitor at it is answered 507 `device_quota_exceeded`, the others go on.
@@ -169,60 +169,92 @@ package final class IdentityEngine: Sendable {
         case refused(EngineAnswer)
     }
 
-    /// `POST /v1/identify` with the caller's admission (key, organization, rate limit) in the
-    /// same transaction as the in-flight marker: one commit fewer per request, and every
-    /// request waits for the store's writer lock once fewer. `admit` may run more than once
-    /// (a busy store is retried), so it must have no effect outside the transaction.
+    /// `POST /v1/identify` with the caller's admission (key, organization, rate limit) in one
+    /// transaction with everything the request stores: one commit a request, and one wait for
+    /// the store's writer. `admit` may run more than once (a busy store is retried), so it must
+    /// have no effect outside the transaction.
+    ///
+    /// The body is read, checked and judged before the transaction, since none of that depends
+    /// on the store. What depends on the organization (the identifiers the client derived, the
+    /// report keyed with the organization's secret) is prepared before it too when
+    /// `organizationHint` names the organization and its secret is known here; inside it the
+    /// admission's organization is compared with the hint, and the work is done again there when
+    /// they differ. Either way the answers come in the order they did: an unknown key is told so
+    /// before anything about the body, and a refused request stores nothing but its admission.
     /// `rotatedFrom`: the keyid of an old key whose rotation statement for the verified key the
     /// caller checked; it lets the new key join a visitor bound to the old one.
     package func identify(idempotencyKey: String, body: [UInt8], deviceKeyID: String?, signatureVerified: Bool,
-                          rotatedFrom: String? = nil, now: Int64,
+                          rotatedFrom: String? = nil, organizationHint: String? = nil, now: Int64,
                           admit: (any StoreTransaction) throws(StoreError) -> Admission) -> EngineAnswer {
         let keyIsValid = !idempotencyKey.isEmpty && idempotencyKey.utf8.count <= Self.idempotencyKeyByteLimit
         // Only a verified keyid is the sender's; an unverified one is whatever it wrote.
         let verifiedKeyID = signatureVerified
             ? deviceKeyID.flatMap { $0.isEmpty || $0.utf8.count > Self.deviceKeyIDByteLimit ? nil : $0 } : nil
         let binding = IdempotencyBinding(body: body, deviceKeyID: verifiedKeyID, rotatedFrom: rotatedFrom)
-
-        // 1. The in-flight marker commits on its own, before any work: a second attempt with
-        // the same key sees it from any process.
-        let begun: Step
-        var organization = ""
-        var deviceStorageLimit: Int64?
-        var secret: [UInt8]?
+        let judged = judge(body)
+        var hinted: (organization: String, keyed: Keyed)?
+        if case .judged(let submission) = judged, let organization = organizationHint,
+           let secret = identifierSecrets.withLock({ $0[organization] }) {
+            hinted = (organization, keyed(submission, organization: organization, keys: StoredIdentifierKeys(secret: secret)))
+        }
+        let milliseconds = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+        let request = Request(key: idempotencyKey, binding: binding, deviceKeyID: verifiedKeyID,
+                              signatureVerified: signatureVerified, rotatedFrom: verifiedKeyID == nil ? nil : rotatedFrom,
+                              requestId: EngineWire.mintTimeOrderedId(prefix: "req_", unixMilliseconds: milliseconds), now: now)
+        var known: (organization: String, secret: [UInt8])?
+        let answer: EngineAnswer
         do {
-            begun = try store.transaction { (tx) throws(StoreError) -> Step in
+            answer = try store.transaction { (tx) throws(StoreError) -> EngineAnswer in
+                known = nil
+                let organization: String, deviceStorageLimit: Int64?
                 switch try admit(tx) {
-                case .refused(let answer): return .answer(answer)
+                case .refused(let answer): return answer
                 case .admitted(let name, let limit): (organization, deviceStorageLimit) = (name, limit)
                 }
-                secret = try self.identifierSecret(tx, organization: organization)
-                guard keyIsValid else {
-                    return .answer(.badRequest("The Idempotency-Key is empty or longer than \(Self.idempotencyKeyByteLimit) bytes."))
+                guard let secret = try self.identifierSecret(tx, organization: organization) else {
+                    return .error(500, "internal", "The organization has no identifier secret.")
                 }
-                return try self.begin(tx, organization: organization, key: idempotencyKey, binding: binding, now: now)
+                known = (organization, secret)
+                guard keyIsValid else {
+                    return .badRequest("The Idempotency-Key is empty or longer than \(Self.idempotencyKeyByteLimit) bytes.")
+                }
+                let createdAt: Int64
+                switch try self.begin(tx, organization: organization, key: idempotencyKey, binding: binding, now: now) {
+                case .answer(let answer): return answer
+                case .proceed(let created): createdAt = created
+                }
+                guard case .judged(let submission) = judged else {
+                    if case .refused(let answer) = judged { return answer }
+                    return .error(500, "internal", "The body was neither judged nor refused.")
+                }
+                let keyed = hinted.flatMap { $0.organization == organization ? $0.keyed : nil }
+                    ?? self.keyed(submission, organization: organization, keys: StoredIdentifierKeys(secret: secret))
+                switch keyed {
+                case .refused(let answer):
+                    return answer
+                case .keyed(let ready):
+                    return try self.store(submission, ready, request, organization: organization, createdAt: createdAt,
+                                          deviceStorageLimit: deviceStorageLimit, tx)
+                }
             }
         } catch {
             return .storeFailure(error)
         }
-        let createdAt: Int64
-        switch begun {
-        case .answer(let answer): return answer
-        case .proceed(let created): createdAt = created
-        }
-        guard let secret else {
-            release(organization: organization, key: idempotencyKey)
-            return .error(500, "internal", "The organization has no identifier secret.")
-        }
-        identifierSecrets.withLock { $0[organization] = secret }
-
-        let answer = process(organization: organization, key: idempotencyKey, body: body, binding: binding,
-                             createdAt: createdAt,
-                             deviceKeyID: verifiedKeyID, signatureVerified: signatureVerified,
-                             rotatedFrom: verifiedKeyID == nil ? nil : rotatedFrom,
-                             keys: StoredIdentifierKeys(secret: secret), deviceStorageLimit: deviceStorageLimit, now: now)
-        if answer.status != 200 { release(organization: organization, key: idempotencyKey) }
+        // Only once committed: a secret made in a transaction that rolled back was never kept.
+        if let known { identifierSecrets.withLock { $0[known.organization] = known.secret } }
         return answer
+    }
+
+    /// What an identify request brings beside its body.
+    private struct Request {
+        let key: String
+        let binding: IdempotencyBinding
+        /// Verified, or nil.
+        let deviceKeyID: String?
+        let signatureVerified: Bool
+        let rotatedFrom: String?
+        let requestId: String
+        let now: Int64
     }
 
     /// The organization's identifier secret, made on its first request; nil when it does not exist.
@@ -239,6 +271,13 @@ package final class IdentityEngine: Sendable {
         return secret
     }
 
+    /// What the key's record says before any work. Nothing is written here: the request's one
+    /// transaction writes the completed record at its end, or nothing. A concurrent attempt with
+    /// the same key waits for the store's writer (SQLite) or for the record's row (PostgreSQL:
+    /// `putIdempotency` of a key read as absent fails as transient and the transaction runs
+    /// again), and then replays the answer. An in-flight marker is what a build before the one
+    /// transaction wrote, or a process killed mid-request left: young, it answers 409; stale,
+    /// the request takes it over.
     private func begin(_ tx: any StoreTransaction, organization: String, key: String, binding: IdempotencyBinding,
                        now: Int64) throws(StoreError) -> Step {
         if let record = try tx.idempotency(organization: organization, key: key),
@@ -250,15 +289,9 @@ package final class IdentityEngine: Sendable {
             case .inFlight:
                 let age = now.subtractingReportingOverflow(record.updatedAt)
                 if !age.overflow, age.partialValue < Self.inFlightTakeoverSeconds { return .answer(.inProgress) }
-                var taken = record
-                taken.updatedAt = now
-                try tx.putIdempotency(taken)
                 return .proceed(createdAt: record.createdAt)
             }
         }
-        try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: binding.hash,
-                                                state: .inFlight,
-                                                response: nil, status: nil, createdAt: now, updatedAt: now))
         return .proceed(createdAt: now)
     }
 
@@ -293,184 +326,192 @@ package final class IdentityEngine: Sendable {
         return EngineAnswer(status: 200, body: Array(bytes), code: nil)
     }
 
-    /// Drops this attempt's in-flight marker after a failure, so a retry runs as the first
-    /// (docs/api.md: a failed attempt leaves nothing behind). A completed record is kept. When
-    /// even this fails, the marker ages into a takeover after `inFlightTakeoverSeconds`.
-    private func release(organization: String, key: String) {
-        _ = try? store.transaction { (tx) throws(StoreError) -> Void in
-            if let record = try tx.idempotency(organization: organization, key: key), record.state == .inFlight {
-                try tx.deleteIdempotency(organization: organization, key: key)
-            }
-        }
+    /// A body read, checked and judged: nothing of this depends on the organization or the store.
+    private struct JudgedSubmission {
+        let report: SignalReport
+        /// The report's own bytes in the body, when the reader found them canonical.
+        let canonicalReport: ArraySlice<UInt8>?
+        let unknownMembers: Int
+        let verdicts: Verdicts
+        let verdictsJSON: [UInt8]
+        let assessment: SuspectScoring.Assessment?
     }
 
-    private func process(organization: String, key: String, body: [UInt8], binding: IdempotencyBinding,
-                         createdAt: Int64,
-                         deviceKeyID: String?, signatureVerified: Bool, rotatedFrom: String?, keys: StoredIdentifierKeys,
-                         deviceStorageLimit: Int64?, now: Int64) -> EngineAnswer {
-        // 2. The body.
+    private enum Judged {
+        case judged(JudgedSubmission)
+        case refused(EngineAnswer)
+    }
+
+    /// Reads and judges the body: judged here from the signals, whatever verdicts a client may claim.
+    private func judge(_ body: [UInt8]) -> Judged {
         let submission: SubmissionBody
         let canonicalRange: Range<Int>?
         let unknownMembers: Int
         do {
             (submission, canonicalRange, unknownMembers) = try SubmissionBody.decode(body)
         } catch let duplicate as DuplicateMember {
-            return .error(400, "duplicate_member", "Member '\(duplicate.path)' is given twice; readers disagree on which one counts.")
+            return .refused(.error(400, "duplicate_member",
+                                   "Member '\(duplicate.path)' is given twice; readers disagree on which one counts."))
         } catch let outOfRange as OutOfRangeInteger {
-            return .badRequest("Field '\(outOfRange.path)' is out of range: integers here are 64-bit "
-                                + "(-9223372036854775808 to 9223372036854775807).")
+            return .refused(.badRequest("Field '\(outOfRange.path)' is out of range: integers here are 64-bit "
+                                        + "(-9223372036854775808 to 9223372036854775807)."))
         } catch let error as DecodingError {
-            return .badRequest(EngineWire.decodingMessage(error))
+            return .refused(.badRequest(EngineWire.decodingMessage(error)))
         } catch {
-            return .badRequest("The body is not a valid submission.")
+            return .refused(.badRequest("The body is not a valid submission."))
         }
         let report = submission.report
         guard report.schemaVersion == SignalReport.currentSchemaVersion else {
-            return .badRequest("Field 'report.schemaVersion' is \(report.schemaVersion); this server reads \(SignalReport.currentSchemaVersion).")
+            return .refused(.badRequest("Field 'report.schemaVersion' is \(report.schemaVersion); "
+                                        + "this server reads \(SignalReport.currentSchemaVersion)."))
         }
         if let index = Self.repeatedProbeIndex(report) {
-            return .error(400, "duplicate_member", "Probe '\(report.probes[index].id)' is given twice (report.probes[\(index)]); "
-                            + "readers disagree on which one counts.")
+            return .refused(.error(400, "duplicate_member", "Probe '\(report.probes[index].id)' is given twice "
+                                   + "(report.probes[\(index)]); readers disagree on which one counts."))
         }
         if let field = Self.invalidIdentifierField(report) {
-            return .badRequest("Field '\(field)' must be 1 to \(Self.identifierByteLimit) printable ASCII characters.")
+            return .refused(.badRequest("Field '\(field)' must be 1 to \(Self.identifierByteLimit) printable ASCII characters."))
         }
         if let field = Self.oversizedSummaryField(report) {
-            return .badRequest("Field '\(field)' lists more entries than the report has identity components.")
+            return .refused(.badRequest("Field '\(field)' lists more entries than the report has identity components."))
         }
+        let verdicts = Verdicts(verdictEngine.evaluate(report))
+        return .judged(JudgedSubmission(report: report, canonicalReport: canonicalRange.map { body[$0] },
+                                        unknownMembers: unknownMembers, verdicts: verdicts,
+                                        verdictsJSON: AnswerWriter.verdicts(verdicts), assessment: policy.suspect?.assess(verdicts)))
+    }
+
+    /// A judged body under its organization: identifiers checked, everything kept keyed with the
+    /// organization's secret.
+    private struct KeyedSubmission {
+        let observed: ObservedIdentity
+        /// The report as stored: what was judged, in the canonical form and re-keyed.
+        let judgedReport: [UInt8]
+    }
+
+    private enum Keyed {
+        case keyed(KeyedSubmission)
+        case refused(EngineAnswer)
+    }
+
+    private func keyed(_ submission: JudgedSubmission, organization: String, keys: StoredIdentifierKeys) -> Keyed {
+        let report = submission.report
         if let field = IdentityDerivationCheck.underivedField(report, hasher: clientKeying.hasher(organization: organization)) {
-            return .error(400, "identity_mismatch", "Field '\(field)' is not what the report's identity components derive.")
+            return .refused(.error(400, "identity_mismatch", "Field '\(field)' is not what the report's identity components derive."))
         }
         // Everything kept from here on is keyed with the organization's secret.
         let rekeying = keys.rekeying(report)
         let storedReport = rekeying.report
-
-        // 3. Judged here from the signals, whatever verdicts a client may claim.
-        let verdicts = Verdicts(verdictEngine.evaluate(report))
-        let assessment = policy.suspect?.assess(verdicts)
-        let observed = ObservedIdentity(report: storedReport)
         // What is stored is what was judged, in the canonical form and re-keyed: a member given twice
         // never gets here, one no type reads is not kept (storage at the sender's pace otherwise),
         // and the client's identifiers are replaced by the server's. When the reader found the
         // client's bytes canonical already, only the re-keyed values are replaced in them.
-        let judgedReport = canonicalRange.flatMap { keys.rekeyed(reportText: body[$0], of: report, rekeying: rekeying) }
+        let judgedReport = submission.canonicalReport.flatMap { keys.rekeyed(reportText: $0, of: report, rekeying: rekeying) }
             ?? ReportWriter.report(storedReport)
         // Free-form signals would let one request keep most of a megabyte for the retention period.
         guard judgedReport.count <= Self.storedReportByteLimit else {
-            return .error(413, "report_too_large", "The report takes \(judgedReport.count) bytes as stored; "
-                + "this server keeps reports of at most \(Self.storedReportByteLimit).")
+            return .refused(.error(413, "report_too_large", "The report takes \(judgedReport.count) bytes as stored; "
+                + "this server keeps reports of at most \(Self.storedReportByteLimit)."))
         }
-        let verdictsJSON = AnswerWriter.verdicts(verdicts)
-        let requestId = EngineWire.mintTimeOrderedId(prefix: "req_", unixMilliseconds: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
+        return .keyed(KeyedSubmission(observed: ObservedIdentity(report: storedReport), judgedReport: judgedReport))
+    }
 
-        // 4–5. Resolution reads and the writes share one transaction: two first reports of one
-        // host cannot both make a visitor, and the event, the visitor and the completed key
-        // land together or not at all.
-        do {
-            return try store.transaction { (tx) throws(StoreError) -> EngineAnswer in
-                // Another attempt with this key (one that took over a stale marker) may have
-                // finished meanwhile: its answer stands, nothing is stored twice.
-                if let record = try tx.idempotency(organization: organization, key: key), record.state == .complete,
-                   binding.matches(record.bodyHash), !Self.expired(record.createdAt, now: now) {
-                    return try self.replay(record, tx)
-                }
-                // Other processes may resolve the same host at this moment: the lock makes a
-                // second first report wait, then find the visitor the first one made.
-                try tx.lockIdentity(organization: organization, key: observed.instanceId ?? observed.hardwareId ?? "")
-                var holders: [VisitorRecord] = []
-                if let instanceId = observed.instanceId {
-                    // A farm may hold thousands of clones of one instanceId: the store puts this
-                    // hardware's visitor first, so the limit never hides it.
-                    holders = try tx.visitors(instanceId: instanceId, organization: organization,
-                                              preferringHardwareId: observed.hardwareId, limit: ResolutionThresholds.candidateLimit)
-                }
-                var candidates: [VisitorRecord] = []
-                let strongHashes = observed.strongHashes
-                if holders.isEmpty, !strongHashes.isEmpty {
-                    candidates = try tx.visitors(sharingAnyOf: strongHashes, organization: organization,
-                                                 limit: ResolutionThresholds.candidateLimit)
-                }
-                let resolution = resolveVisitor(observed, instanceHolders: holders, candidates: candidates)
-                var findings = resolution.findings
-                // A claim is answered as a visitor of its own and stores nothing the bound visitor's
-                // host can find: its components, keys and later scores stay as they were.
-                let claimed = claimsWithoutKey(resolution, instanceHolders: holders, verifiedKeyID: deviceKeyID, rotatedFrom: rotatedFrom)
-                // A key that claimed a bound visitor before was settled as a visitor of its own, without
-                // identifiers (a reinstalled host, or an impostor: the server cannot tell): it is that
-                // visitor again, found by its key alone, and the claim is not news. Unsigned claims have
-                // no key to settle by.
-                var settled: VisitorRecord?
-                if claimed, let key = deviceKeyID {
-                    settled = try tx.unidentifiedVisitor(boundToKey: key, organization: organization)
-                }
-                if claimed && settled == nil { findings.insert(.identityClaimedWithoutKey, at: 0) }
-                // One device's events fill at most its share of the quota: its flood is refused, the
-                // others are answered.
-                if let limit = deviceStorageLimit, let device = claimed ? settled : resolution.matched,
-                   device.eventBytes >= limit {
-                    return .error(507, "device_quota_exceeded", "This device's events take \(device.eventBytes) bytes, "
-                        + "its share of the organization's quota is \(limit).")
-                }
-
-                var score: Int?, level: SuspectLevel?, triggers: [IdentifyTrigger]?
-                if let assessment, let scoring = policy.suspect {
-                    let scored = addingFindings(findings, to: assessment, scoring: scoring)
-                    (score, level, triggers) = (scored.score, scored.level, scored.triggers)
-                }
-
-                let visitorId: String
-                if claimed, let settled {
-                    var visitor = settled
-                    visitor.lastSeen = max(settled.lastSeen, now)
-                    try tx.putVisitor(visitor, stored: settled)
-                    visitorId = visitor.id
-                } else if claimed, let key = deviceKeyID {
-                    // Stored without identifiers or components: nothing the bound visitor's host
-                    // sends can find it, so its resolution and score stay as they were.
-                    let visitor = VisitorRecord(id: EngineWire.mintId(prefix: "vis_"), organization: organization,
-                                                instanceId: nil, hardwareId: nil, firstSeen: now, lastSeen: now, components: [],
-                                                deviceKeys: [DeviceKeyRecord(keyId: key, firstProvenAt: now)])
-                    try tx.putVisitor(visitor, stored: nil)
-                    visitorId = visitor.id
-                } else if claimed {
-                    visitorId = EngineWire.mintId(prefix: "vis_")
-                } else if let matched = resolution.matched {
-                    let visitor = updatedVisitor(matched, with: observed, provenKeyID: matched.isBound ? deviceKeyID : nil, now: now)
-                    try tx.putVisitor(visitor, stored: matched)
-                    visitorId = visitor.id
-                } else {
-                    let visitor = VisitorRecord(id: EngineWire.mintId(prefix: "vis_"), organization: organization,
-                                                instanceId: observed.instanceId, hardwareId: observed.hardwareId,
-                                                firstSeen: now, lastSeen: now, components: observed.components,
-                                                deviceKeys: deviceKeyID.map { [DeviceKeyRecord(keyId: $0, firstProvenAt: now)] } ?? [])
-                    try tx.putVisitor(visitor, stored: nil)
-                    visitorId = visitor.id
-                }
-
-                let joined = claimed ? settled != nil : resolution.matched != nil
-                let claimConfidence = settled != nil ? ResolutionThresholds.settledClaimConfidence
-                    : ResolutionThresholds.claimConfidence
-                let confidence = claimed ? claimConfidence : resolution.confidence
-                let answer = IdentifyAnswer(requestId: requestId, visitorId: visitorId, visitorIsNew: !joined,
-                                            visitorConfidence: confidence,
-                                            identifiable: resolution.identifiable,
-                                            duplicate: false, suspectScore: score, suspectLevel: level, triggers: triggers,
-                                            verdicts: verdicts, policy: policy.name)
-                let answerBytes = self.writer.answer(answer, verdicts: verdictsJSON)
-                let document = self.writer.event(answer, verdicts: verdictsJSON, receivedAt: now, tag: report.tag,
-                                                 signature: StoredEvent.Signature(verified: signatureVerified, keyId: deviceKeyID),
-                                                 report: judgedReport)
-                try tx.insertEvent(EventRecord(requestId: requestId, organization: organization, visitorId: visitorId,
-                                               receivedAt: now, document: document))
-                try tx.putIdempotency(IdempotencyRecord(organization: organization, key: key, bodyHash: binding.hash,
-                                                        state: .complete,
-                                                        response: Array(requestId.utf8), status: 200, createdAt: createdAt,
-                                                        updatedAt: now))
-                return EngineAnswer(status: 200, body: answerBytes, code: nil, unknownMembersDropped: unknownMembers)
-            }
-        } catch {
-            return .storeFailure(error)
+    /// Resolution and the writes, inside the request's transaction: two first reports of one host
+    /// cannot both make a visitor, and the event, the visitor and the completed key land together
+    /// or not at all.
+    private func store(_ submission: JudgedSubmission, _ keyed: KeyedSubmission, _ request: Request, organization: String,
+                       createdAt: Int64, deviceStorageLimit: Int64?, _ tx: any StoreTransaction) throws(StoreError) -> EngineAnswer {
+        let observed = keyed.observed
+        let (now, deviceKeyID, rotatedFrom) = (request.now, request.deviceKeyID, request.rotatedFrom)
+        // Other processes may resolve the same host at this moment: the lock makes a second first
+        // report wait, then find the visitor the first one made.
+        try tx.lockIdentity(organization: organization, key: observed.instanceId ?? observed.hardwareId ?? "")
+        var holders: [VisitorRecord] = []
+        if let instanceId = observed.instanceId {
+            // A farm may hold thousands of clones of one instanceId: the store puts this
+            // hardware's visitor first, so the limit never hides it.
+            holders = try tx.visitors(instanceId: instanceId, organization: organization,
+                                      preferringHardwareId: observed.hardwareId, limit: ResolutionThresholds.candidateLimit)
         }
+        var candidates: [VisitorRecord] = []
+        let strongHashes = observed.strongHashes
+        if holders.isEmpty, !strongHashes.isEmpty {
+            candidates = try tx.visitors(sharingAnyOf: strongHashes, organization: organization,
+                                         limit: ResolutionThresholds.candidateLimit)
+        }
+        let resolution = resolveVisitor(observed, instanceHolders: holders, candidates: candidates)
+        var findings = resolution.findings
+        // A claim is answered as a visitor of its own and stores nothing the bound visitor's
+        // host can find: its components, keys and later scores stay as they were.
+        let claimed = claimsWithoutKey(resolution, instanceHolders: holders, verifiedKeyID: deviceKeyID, rotatedFrom: rotatedFrom)
+        // A key that claimed a bound visitor before was settled as a visitor of its own, without
+        // identifiers (a reinstalled host, or an impostor: the server cannot tell): it is that
+        // visitor again, found by its key alone, and the claim is not news. Unsigned claims have
+        // no key to settle by.
+        var settled: VisitorRecord?
+        if claimed, let key = deviceKeyID {
+            settled = try tx.unidentifiedVisitor(boundToKey: key, organization: organization)
+        }
+        if claimed && settled == nil { findings.insert(.identityClaimedWithoutKey, at: 0) }
+        // One device's events fill at most its share of the quota: its flood is refused, the
+        // others are answered.
+        if let limit = deviceStorageLimit, let device = claimed ? settled : resolution.matched, device.eventBytes >= limit {
+            return .error(507, "device_quota_exceeded", "This device's events take \(device.eventBytes) bytes, "
+                + "its share of the organization's quota is \(limit).")
+        }
+
+        var score: Int?, level: SuspectLevel?, triggers: [IdentifyTrigger]?
+        if let assessment = submission.assessment, let scoring = policy.suspect {
+            let scored = addingFindings(findings, to: assessment, scoring: scoring)
+            (score, level, triggers) = (scored.score, scored.level, scored.triggers)
+        }
+
+        let visitorId: String
+        if claimed, let settled {
+            var visitor = settled
+            visitor.lastSeen = max(settled.lastSeen, now)
+            try tx.putVisitor(visitor, stored: settled)
+            visitorId = visitor.id
+        } else if claimed, let key = deviceKeyID {
+            // Stored without identifiers or components: nothing the bound visitor's host sends
+            // can find it, so its resolution and score stay as they were.
+            let visitor = VisitorRecord(id: EngineWire.mintId(prefix: "vis_"), organization: organization,
+                                        instanceId: nil, hardwareId: nil, firstSeen: now, lastSeen: now, components: [],
+                                        deviceKeys: [DeviceKeyRecord(keyId: key, firstProvenAt: now)])
+            try tx.putVisitor(visitor, stored: nil)
+            visitorId = visitor.id
+        } else if claimed {
+            visitorId = EngineWire.mintId(prefix: "vis_")
+        } else if let matched = resolution.matched {
+            let visitor = updatedVisitor(matched, with: observed, provenKeyID: matched.isBound ? deviceKeyID : nil, now: now)
+            try tx.putVisitor(visitor, stored: matched)
+            visitorId = visitor.id
+        } else {
+            let visitor = VisitorRecord(id: EngineWire.mintId(prefix: "vis_"), organization: organization,
+                                        instanceId: observed.instanceId, hardwareId: observed.hardwareId,
+                                        firstSeen: now, lastSeen: now, components: observed.components,
+                                        deviceKeys: deviceKeyID.map { [DeviceKeyRecord(keyId: $0, firstProvenAt: now)] } ?? [])
+            try tx.putVisitor(visitor, stored: nil)
+            visitorId = visitor.id
+        }
+
+        let joined = claimed ? settled != nil : resolution.matched != nil
+        let claimConfidence = settled != nil ? ResolutionThresholds.settledClaimConfidence : ResolutionThresholds.claimConfidence
+        let answer = IdentifyAnswer(requestId: request.requestId, visitorId: visitorId, visitorIsNew: !joined,
+                                    visitorConfidence: claimed ? claimConfidence : resolution.confidence,
+                                    identifiable: resolution.identifiable,
+                                    duplicate: false, suspectScore: score, suspectLevel: level, triggers: triggers,
+                                    verdicts: submission.verdicts, policy: policy.name)
+        let answerBytes = writer.answer(answer, verdicts: submission.verdictsJSON)
+        let document = writer.event(answer, verdicts: submission.verdictsJSON, receivedAt: now, tag: submission.report.tag,
+                                    signature: StoredEvent.Signature(verified: request.signatureVerified, keyId: deviceKeyID),
+                                    report: keyed.judgedReport)
+        try tx.insertEvent(EventRecord(requestId: request.requestId, organization: organization, visitorId: visitorId,
+                                       receivedAt: now, document: document))
+        try tx.putIdempotency(IdempotencyRecord(organization: organization, key: request.key, bodyHash: request.binding.hash,
+                                                state: .complete, response: Array(request.requestId.utf8), status: 200,
+                                                createdAt: createdAt, updatedAt: now))
+        return EngineAnswer(status: 200, body: answerBytes, code: nil, unknownMembersDropped: submission.unknownMembers)
     }
 
     /// `GET /v1/events/{requestId}` for an authenticated organization. Another organization's

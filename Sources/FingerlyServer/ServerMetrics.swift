@@ -1,3 +1,4 @@
+import FingerlyStore
 import Synchronization
 
 /// Counters for `GET /metrics`, in the Prometheus text exposition format (version 0.0.4). Per
@@ -68,7 +69,7 @@ package final class ServerMetrics: Sendable {
     /// Rows a retention pass removed: `events`, `visitors` or `idempotency`.
     package func purged(_ kind: String, _ count: Int) { state.withLock { $0.purged[kind, default: 0] += count } }
 
-    package func exposition(inFlight: Int, storage: Storage? = nil) -> String {
+    package func exposition(inFlight: Int, storage: Storage? = nil, groupCommits: GroupCommitCounts? = nil) -> String {
         state.withLock { state in
             var lines: [String] = []
             lines.append("# HELP fingerly_http_requests_total Requests answered, by route and status.")
@@ -121,6 +122,19 @@ package final class ServerMetrics: Sendable {
             lines.append("# TYPE fingerly_retention_purged_total counter")
             for kind in ["events", "visitors", "idempotency"] {
                 lines.append("fingerly_retention_purged_total{kind=\"\(kind)\"} \(state.purged[kind, default: 0])")
+            }
+            if let groupCommits {
+                lines.append("# HELP fingerly_store_group_commit_transactions Transactions each commit carried "
+                    + "(concurrent requests commit together).")
+                lines.append("# TYPE fingerly_store_group_commit_transactions histogram")
+                var cumulative = 0
+                for (index, bound) in GroupCommitCounts.bounds.enumerated() {
+                    cumulative += groupCommits.commits[index]
+                    lines.append("fingerly_store_group_commit_transactions_bucket{le=\"\(bound)\"} \(cumulative)")
+                }
+                lines.append("fingerly_store_group_commit_transactions_bucket{le=\"+Inf\"} \(cumulative)")
+                lines.append("fingerly_store_group_commit_transactions_sum \(groupCommits.transactions)")
+                lines.append("fingerly_store_group_commit_transactions_count \(cumulative)")
             }
             if let storage {
                 lines.append("# HELP fingerly_store_event_bytes Bytes counted against storage quotas, all organizations "

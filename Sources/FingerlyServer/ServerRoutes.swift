@@ -2,6 +2,7 @@ import FingerlyEngine
 import FingerlyHost
 import FingerlyStore
 import FingerlyTransport
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -21,6 +22,12 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     private let clock: @Sendable () -> Int64
     /// Set by whoever owns the HTTP server, for the in-flight gauge.
     private let inFlight: @Sendable () -> Int
+    /// The organization each public key was last admitted for: a key's organization never
+    /// changes, so the engine may key a body before the transaction that admits it (the
+    /// admission still decides, and the engine compares). Keys past the bound are not kept:
+    /// a flood of made-up keys never grows it, since only admitted keys go in.
+    private let organizationOfKey = Mutex<[String: String]>([:])
+    private static let organizationsKept = 4_096
 
     package init(configuration: ServerConfiguration, store: any IdentityStore, engine: IdentityEngine, metrics: ServerMetrics,
                  log: @escaping @Sendable (String) -> Void, clock: @escaping @Sendable () -> Int64 = { Int64(time(nil)) },
@@ -104,7 +111,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         case .events: event(head)
         case .healthz: health()
         case .metrics: HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")],
-                                    body: Array(metrics.exposition(inFlight: inFlight(), storage: storage()).utf8))
+                                    body: Array(metrics.exposition(inFlight: inFlight(), storage: storage(),
+                                                                  groupCommits: store.groupCommits).utf8))
         case .unknown: .error(404, "not_found", "No such route.")
         }
     }
@@ -179,12 +187,15 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         var refusal: HTTPResponse?
         var signatureJudged = false
         var failedAuthentication = false
+        var admittedOrganization: String?
+        let hint = organizationOfKey.withLock { $0[key.text] }
         let answer = engine.identify(idempotencyKey: idempotencyKey ?? "", body: body, deviceKeyID: signing.deviceKeyID,
                                      signatureVerified: signing.deviceKeyID != nil, rotatedFrom: signing.rotatedFrom,
-                                     now: now) { tx throws(StoreError) -> IdentityEngine.Admission in
+                                     organizationHint: hint, now: now) { tx throws(StoreError) -> IdentityEngine.Admission in
             refusal = nil
             signatureJudged = false
             failedAuthentication = false
+            admittedOrganization = nil
             guard let record = try tx.key(publicKey: key.text), !record.revoked else {
                 refusal = .error(401, "invalid_key", "The key is unknown or revoked.")
                 failedAuthentication = true
@@ -221,7 +232,13 @@ package final class ServerRoutes: HTTPApplication, Sendable {
                 refusal = full
                 return .refused(Self.refusedMarker)
             }
+            admittedOrganization = record.organization
             return .admitted(organization: record.organization, deviceStorageLimit: deviceStorageLimit(organization))
+        }
+        if let admittedOrganization, hint != admittedOrganization {
+            organizationOfKey.withLock { known in
+                if known.count < Self.organizationsKept || known[key.text] != nil { known[key.text] = admittedOrganization }
+            }
         }
         if signatureJudged { outcome = signing.metric }
         if let refusal {
