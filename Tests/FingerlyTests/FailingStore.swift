@@ -15,6 +15,8 @@ final class FailingStore: IdentityStore, @unchecked Sendable {
 
     func fail(with error: StoreError?) { lock.withLock { failure = error } }
 
+    var groupCommits: GroupCommitCounts? { base.groupCommits }
+
     func transaction<Result>(_ body: (any StoreTransaction) throws(StoreError) -> Result) throws(StoreError) -> Result {
         if let failure = lock.withLock({ begun += 1; return failure }) { throw failure }
         return try base.transaction(body)

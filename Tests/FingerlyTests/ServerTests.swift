@@ -153,6 +153,12 @@ struct ServerTests {
         #expect(metrics.text.contains(#"fingerly_http_requests_total{route="healthz",status="200"} 1"#))
         #expect(metrics.text.contains(#"fingerly_http_request_duration_seconds_count{route="healthz"} 1"#))
         #expect(metrics.text.contains("fingerly_store_errors_total 0"))
+        // SQLite's group commit: every commit so far carried one transaction, alone on the server.
+        let commits = BoundedStorageTests.metric("fingerly_store_group_commit_transactions_count", in: metrics.text) ?? 0
+        #expect(commits >= 2, "the health check's and the metrics' own transactions")
+        #expect(BoundedStorageTests.metric("fingerly_store_group_commit_transactions_sum", in: metrics.text) == commits)
+        #expect(metrics.text.contains(#"fingerly_store_group_commit_transactions_bucket{le="1"} \#(commits)"#))
+        #expect(metrics.text.contains(#"fingerly_store_group_commit_transactions_bucket{le="+Inf"} \#(commits)"#))
 
         harness.store.fail(with: StoreError("disk gone"))
         let down = try harness.client.request("GET", "/healthz")
