@@ -41,6 +41,8 @@
     F(int, sqlite3_extended_result_codes, (sqlite3 *db, int on), (db, on), SQLITE_MISUSE) \
     F(int, sqlite3_finalize, (sqlite3_stmt *s), (s), SQLITE_OK) \
     F(int, sqlite3_get_autocommit, (sqlite3 *db), (db), 1) \
+    F(int, sqlite3_libversion_number, (void), (), 0) \
+    F(const char *, sqlite3_libversion, (void), (), "unknown") \
     F(int, sqlite3_prepare_v3, \
       (sqlite3 *db, const char *sql, int n, unsigned int f, sqlite3_stmt **s, const char **t), (db, sql, n, f, s, t), \
       SQLITE_MISUSE) \

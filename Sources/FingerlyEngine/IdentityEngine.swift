@@ -183,17 +183,20 @@ package final class IdentityEngine: Sendable {
     /// before anything about the body, and a refused request stores nothing but its admission.
     /// `rotatedFrom`: the keyid of an old key whose rotation statement for the verified key the
     /// caller checked; it lets the new key join a visitor bound to the old one.
+    /// `judgeEarly` false leaves all of that to the transaction, after the admission: for a
+    /// request the caller expects to be refused (a key past its budget), which then costs no
+    /// more than its admission.
     package func identify(idempotencyKey: String, body: [UInt8], deviceKeyID: String?, signatureVerified: Bool,
-                          rotatedFrom: String? = nil, organizationHint: String? = nil, now: Int64,
+                          rotatedFrom: String? = nil, organizationHint: String? = nil, judgeEarly: Bool = true, now: Int64,
                           admit: (any StoreTransaction) throws(StoreError) -> Admission) -> EngineAnswer {
         let keyIsValid = !idempotencyKey.isEmpty && idempotencyKey.utf8.count <= Self.idempotencyKeyByteLimit
         // Only a verified keyid is the sender's; an unverified one is whatever it wrote.
         let verifiedKeyID = signatureVerified
             ? deviceKeyID.flatMap { $0.isEmpty || $0.utf8.count > Self.deviceKeyIDByteLimit ? nil : $0 } : nil
         let binding = IdempotencyBinding(body: body, deviceKeyID: verifiedKeyID, rotatedFrom: rotatedFrom)
-        let judged = judge(body)
+        let early = judgeEarly ? judge(body) : nil
         var hinted: (organization: String, keyed: Keyed)?
-        if case .judged(let submission) = judged, let organization = organizationHint,
+        if case .judged(let submission)? = early, let organization = organizationHint,
            let secret = identifierSecrets.withLock({ $0[organization] }) {
             hinted = (organization, keyed(submission, organization: organization, keys: StoredIdentifierKeys(secret: secret)))
         }
@@ -223,9 +226,10 @@ package final class IdentityEngine: Sendable {
                 case .answer(let answer): return answer
                 case .proceed(let created): createdAt = created
                 }
-                guard case .judged(let submission) = judged else {
-                    if case .refused(let answer) = judged { return answer }
-                    return .error(500, "internal", "The body was neither judged nor refused.")
+                let submission: JudgedSubmission
+                switch early ?? self.judge(body) {
+                case .refused(let answer): return answer
+                case .judged(let judged): submission = judged
                 }
                 let keyed = hinted.flatMap { $0.organization == organization ? $0.keyed : nil }
                     ?? self.keyed(submission, organization: organization, keys: StoredIdentifierKeys(secret: secret))

@@ -38,6 +38,9 @@ final class SQLiteConnection: TransactionalSession {
 
     var dialect: SQLDialect { Self.dialect }
 
+    /// The oldest SQLite whose SQL the store's statements are written in.
+    static let oldestLibrary = (number: Int32(3_039_000), name: "3.39")
+
     /// The page cache of one connection, in KiB.
     static let cacheKibibytes = 65_536
     private var database: OpaquePointer?
@@ -61,6 +64,12 @@ final class SQLiteConnection: TransactionalSession {
             throw StoreError("cannot open the database \(path): \(message)", isTransient: Self.isTransient(opened))
         }
         database = handle
+        // SQLTransaction's statements use IS NOT DISTINCT FROM (3.39) and RETURNING (3.35).
+        guard sqlite3_libversion_number() >= Self.oldestLibrary.number else {
+            close()
+            throw StoreError("SQLite \(String(cString: sqlite3_libversion())) is older than \(Self.oldestLibrary.name), "
+                + "which the store needs")
+        }
         sqlite3_extended_result_codes(handle, 1)
         sqlite3_busy_timeout(handle, busyTimeoutMilliseconds)
         if !checkpointOnClose { _ = fingerly_sqlite_set_checkpoint_on_close(handle, 0) }

@@ -304,10 +304,12 @@ final class TransactionGroup: @unchecked Sendable {
             let batch = Array(queue.prefix(Self.largestBatch))
             queue.removeFirst(batch.count)
             largestCommitted = max(largestCommitted, batch.count)
-            committedCounts.add(batchOf: batch.count)
             condition.unlock()
             commit(batch)
             condition.lock()
+            // Counted once committed: a batch that failed as a whole stored nothing.
+            let stored = batch.filter { $0.failure == nil }.count
+            if stored > 0 { committedCounts.add(batchOf: stored) }
             for done in batch {
                 done.body = nil
                 done.finished = true

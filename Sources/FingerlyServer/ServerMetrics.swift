@@ -124,7 +124,7 @@ package final class ServerMetrics: Sendable {
                 lines.append("fingerly_retention_purged_total{kind=\"\(kind)\"} \(state.purged[kind, default: 0])")
             }
             if let groupCommits {
-                lines.append("# HELP fingerly_store_group_commit_transactions Transactions each commit carried "
+                lines.append("# HELP fingerly_store_group_commit_transactions Transactions each commit stored "
                     + "(concurrent requests commit together).")
                 lines.append("# TYPE fingerly_store_group_commit_transactions histogram")
                 var cumulative = 0

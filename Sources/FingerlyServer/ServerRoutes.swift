@@ -28,6 +28,12 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     /// a flood of made-up keys never grows it, since only admitted keys go in.
     private let organizationOfKey = Mutex<[String: String]>([:])
     private static let organizationsKept = 4_096
+    /// Identify requests of each rate-limit bucket in the current second, as this process saw
+    /// them: past the budget a request is expected to be refused, and its body is not read before
+    /// its admission (a flood of one key then costs what its admissions cost). Emptied every
+    /// second; a bucket past the bound is not judged early.
+    private let earlyJudgements = Mutex<(second: Int64, counts: [String: Int])>((0, [:]))
+    private static let bucketsCounted = 65_536
 
     package init(configuration: ServerConfiguration, store: any IdentityStore, engine: IdentityEngine, metrics: ServerMetrics,
                  log: @escaping @Sendable (String) -> Void, clock: @escaping @Sendable () -> Int64 = { Int64(time(nil)) },
@@ -189,9 +195,12 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         var failedAuthentication = false
         var admittedOrganization: String?
         let hint = organizationOfKey.withLock { $0[key.text] }
+        let bucket = "identify:" + key.text + (signing.deviceKeyID.map { ":device:" + $0 } ?? ":address:" + head.peer)
+        let judgeEarly = hint != nil && withinBudget(bucket, now: now)
         let answer = engine.identify(idempotencyKey: idempotencyKey ?? "", body: body, deviceKeyID: signing.deviceKeyID,
                                      signatureVerified: signing.deviceKeyID != nil, rotatedFrom: signing.rotatedFrom,
-                                     organizationHint: hint, now: now) { tx throws(StoreError) -> IdentityEngine.Admission in
+                                     organizationHint: hint, judgeEarly: judgeEarly,
+                                     now: now) { tx throws(StoreError) -> IdentityEngine.Admission in
             refusal = nil
             signatureJudged = false
             failedAuthentication = false
@@ -220,7 +229,6 @@ package final class ServerRoutes: HTTPApplication, Sendable {
             }
             // A device's budget is its own, so a flood of other keys never spends it; without a
             // signature (--allow-unsigned), the address's.
-            let bucket = "identify:" + key.text + (signing.deviceKeyID.map { ":device:" + $0 } ?? ":address:" + head.peer)
             if let limited = try rateLimited(tx, bucket: bucket, spender: signing.deviceKeyID == nil ? "address" : "device",
                                              now: now) {
                 refusal = limited
@@ -237,7 +245,9 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         }
         if let admittedOrganization, hint != admittedOrganization {
             organizationOfKey.withLock { known in
-                if known.count < Self.organizationsKept || known[key.text] != nil { known[key.text] = admittedOrganization }
+                // Full: started again rather than frozen, so the keys in use now are the ones kept.
+                if known.count >= Self.organizationsKept, known[key.text] == nil { known.removeAll(keepingCapacity: true) }
+                known[key.text] = admittedOrganization
             }
         }
         if signatureJudged { outcome = signing.metric }
@@ -439,6 +449,17 @@ package final class ServerRoutes: HTTPApplication, Sendable {
         let value = Substring(fields[0]).trimmingSpaces
         guard value.count > 7, value.prefix(7).lowercased() == "bearer " else { return nil }
         return ServerKey(String(value.dropFirst(7).trimmingSpaces))
+    }
+
+    /// Whether this process has seen no more than the rate limit of `bucket`'s requests this second.
+    private func withinBudget(_ bucket: String, now: Int64) -> Bool {
+        earlyJudgements.withLock { state in
+            if state.second != now { state = (now, [:]) }
+            guard state.counts.count < Self.bucketsCounted || state.counts[bucket] != nil else { return false }
+            let seen = state.counts[bucket, default: 0] + 1
+            state.counts[bucket] = seen
+            return seen <= configuration.rateLimit
+        }
     }
 
     /// Counts this request in the store's per-second window: a shared counter, so several

@@ -23,8 +23,9 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
         return session
     }
 
-    /// Rows one sweep statement takes at most: a sweep never holds many row locks at once, nor
-    /// SQLite's writer lock for long.
+    /// Rows one sweep statement takes at most: no statement of a sweep reads or deletes more, and
+    /// no list bound as a parameter holds more. (A sweep's batches share its transaction: the row
+    /// locks add up until it commits.)
     package static var sweepBatch: Int64 { 1_000 }
 
     // MARK: Organizations and keys
@@ -52,11 +53,19 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
         return Dictionary(rows, uniquingKeysWith: +)
     }
 
-    /// Adds `bytes` to one of the organization's usage slots: a random one for a request, so
+    /// The usage slot this transaction adds to, chosen once: with one slot a transaction it holds
+    /// at most one usage row, so two requests never take two rows in opposite orders; slot 0 is
+    /// the sweeps' alone where there are several, so a sweep (which locks visitors and then
+    /// slot 0) and a request (a visitor, then its slot) never wait for each other in a circle.
+    private lazy var requestSlot: Int64 = {
+        let slots = Int64(dialect.storageUsageSlots)
+        return slots > 1 ? Int64.random(in: 1..<slots) : 0
+    }()
+
+    /// Adds `bytes` to the organization's usage: this transaction's slot for a request, so
     /// concurrent ones rarely wait for each other's row; slot 0 for a sweep.
     private func addStoredBytes(_ bytes: Int64, organization: String, randomSlot: Bool = true) throws(StoreError) {
-        let slots = Int64(dialect.storageUsageSlots)
-        let slot = randomSlot && slots > 1 ? Int64.random(in: 0..<slots) : 0
+        let slot = randomSlot ? requestSlot : 0
         try open().execute("""
             INSERT INTO storage_usage (organization, slot, bytes) VALUES ($1, $2, $3)
             ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes
@@ -418,16 +427,21 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
     package func expireVisitors(lastSeenBefore cutoff: Int64) throws(StoreError) -> Int {
         let session = try open()
         var total = 0
+        // In the order of the primary key, each batch after the last one's highest id: last_seen has
+        // no index (it changes on every identify), and a batch that scanned from the start each
+        // time would pass every live visitor again.
+        var after = ""
         while true {
             let batch = try session.query("""
                 SELECT id, organization,
                        (SELECT count(*) FROM visitor_components AS c WHERE c.visitor_id = v.id),
                        (SELECT count(*) FROM visitor_device_keys AS k WHERE k.visitor_id = v.id)
-                FROM visitors AS v WHERE last_seen < $1 LIMIT $2
-                """ + dialect.lockSkippingLocked, [.integer(cutoff), .integer(Self.sweepBatch)]) {
+                FROM visitors AS v WHERE last_seen < $1 AND id > $3 ORDER BY id LIMIT $2
+                """ + dialect.lockSkippingLocked, [.integer(cutoff), .integer(Self.sweepBatch), .text(after)]) {
                 ($0.text(0), $0.text(1), StoreLimits.rowBytes(visitors: 1, components: $0.integer(2), keys: $0.integer(3)))
             }
             if batch.isEmpty { return total }
+            after = batch[batch.count - 1].0
             let deleted = try session.execute("DELETE FROM visitors WHERE id IN (\(dialect.textsOfJSONArray("$1")))",
                                               [.text(try Self.jsonList(batch.map(\.0)))])
             var costs: [String: Int64] = [:]
