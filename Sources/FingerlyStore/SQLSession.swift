@@ -49,8 +49,10 @@ package struct SQLDialect: Sendable {
     /// one of these at random; SQLite has one writer and one row.
     package let storageUsageSlots: Int
 
-    package init(lockForUpdate: String, lockSkippingLocked: String, textsOfJSONArray: @escaping @Sendable (String) -> String,
-                 identityLock: String?, storageUsageSlots: Int) {
+    package init(
+        lockForUpdate: String, lockSkippingLocked: String, textsOfJSONArray: @escaping @Sendable (String) -> String,
+        identityLock: String?, storageUsageSlots: Int
+    ) {
         self.lockForUpdate = lockForUpdate
         self.lockSkippingLocked = lockSkippingLocked
         self.textsOfJSONArray = textsOfJSONArray
@@ -68,7 +70,9 @@ package protocol SQLSession: AnyObject {
 
     /// Runs a statement and maps every row it yields. `sql` is a constant of this package:
     /// sessions cache what they prepared by its text.
-    func query<Result>(_ sql: String, _ values: [SQLValue], row: (Row) throws(StoreError) -> Result) throws(StoreError) -> [Result]
+    func query<Result>(
+        _ sql: String, _ values: [SQLValue], row: (Row) throws(StoreError) -> Result
+    ) throws(StoreError) -> [Result]
 
     /// Runs a statement that yields no rows; returns how many rows it changed.
     @discardableResult

@@ -31,19 +31,23 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
     // MARK: Organizations and keys
 
     package func organization(named name: String) throws(StoreError) -> OrganizationRecord? {
-        try open().query("""
+        try open().query(
+            """
             SELECT name, suspended, created_at, storage_quota,
                    (SELECT coalesce(sum(bytes), 0) FROM storage_usage WHERE organization = $1)
             FROM organizations WHERE name = $1
-            """, [.text(name)]) {
-            OrganizationRecord(name: $0.text(0), suspended: $0.boolean(1), createdAt: $0.integer(2), storedBytes: $0.integer(4),
-                               storageQuota: $0.optionalInteger(3))
+            """, [.text(name)]
+        ) {
+            OrganizationRecord(
+                name: $0.text(0), suspended: $0.boolean(1), createdAt: $0.integer(2), storedBytes: $0.integer(4),
+                storageQuota: $0.optionalInteger(3))
         }.first
     }
 
     package func setStorageQuota(_ bytes: Int64?, organization name: String) throws(StoreError) -> Bool {
-        try open().execute("UPDATE organizations SET storage_quota = $1 WHERE name = $2",
-                           [.optionalInteger(bytes), .text(name)]) > 0
+        try open().execute(
+            "UPDATE organizations SET storage_quota = $1 WHERE name = $2",
+            [.optionalInteger(bytes), .text(name)]) > 0
     }
 
     package func storedBytes() throws(StoreError) -> [String: Int64] {
@@ -66,44 +70,54 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
     /// concurrent ones rarely wait for each other's row; slot 0 for a sweep.
     private func addStoredBytes(_ bytes: Int64, organization: String, randomSlot: Bool = true) throws(StoreError) {
         let slot = randomSlot ? requestSlot : 0
-        try open().execute("""
+        try open().execute(
+            """
             INSERT INTO storage_usage (organization, slot, bytes) VALUES ($1, $2, $3)
             ON CONFLICT (organization, slot) DO UPDATE SET bytes = storage_usage.bytes + excluded.bytes
             """, [.text(organization), .integer(slot), .integer(bytes)])
     }
 
     package func ensureOrganization(named name: String, now: Int64) throws(StoreError) -> OrganizationRecord {
-        try open().execute("""
+        try open().execute(
+            """
             INSERT INTO organizations (name, suspended, created_at) VALUES ($1, FALSE, $2) ON CONFLICT (name) DO NOTHING
             """, [.text(name), .integer(now)])
-        guard let organization = try organization(named: name) else { throw StoreError("an organization vanished while created") }
+        guard let organization = try organization(named: name) else {
+            throw StoreError("an organization vanished while created")
+        }
         return organization
     }
 
     package func setSuspended(_ suspended: Bool, organization name: String) throws(StoreError) -> Bool {
-        try open().execute("UPDATE organizations SET suspended = $1 WHERE name = $2", [.boolean(suspended), .text(name)]) > 0
+        try open().execute(
+            "UPDATE organizations SET suspended = $1 WHERE name = $2", [.boolean(suspended), .text(name)]) > 0
     }
 
-    private static var keyColumns: String { "public_key, secret_key_hash, organization, environment, revoked, created_at" }
-
-    private static func key(_ row: Session.Row) -> KeyRecord {
-        KeyRecord(publicKey: row.text(0), secretKeyHash: row.bytes(1), organization: row.text(2), environment: row.text(3),
-                  revoked: row.boolean(4), createdAt: row.integer(5))
+    private static var keyColumns: String {
+        "public_key, secret_key_hash, organization, environment, revoked, created_at"
     }
 
     package func insertKey(_ key: KeyRecord) throws(StoreError) {
-        try open().execute("INSERT INTO keys (\(Self.keyColumns)) VALUES ($1, $2, $3, $4, $5, $6)",
-                           [.text(key.publicKey), .bytes(key.secretKeyHash), .text(key.organization), .text(key.environment),
-                            .boolean(key.revoked), .integer(key.createdAt)])
+        try open().execute(
+            "INSERT INTO keys (\(Self.keyColumns)) VALUES ($1, $2, $3, $4, $5, $6)",
+            [
+                .text(key.publicKey), .bytes(key.secretKeyHash), .text(key.organization), .text(key.environment),
+                .boolean(key.revoked), .integer(key.createdAt),
+            ])
     }
 
     package func key(publicKey: String) throws(StoreError) -> KeyRecord? {
-        try open().query("SELECT \(Self.keyColumns) FROM keys WHERE public_key = $1", [.text(publicKey)], row: Self.key).first
+        try open().query(
+            "SELECT \(Self.keyColumns) FROM keys WHERE public_key = $1", [.text(publicKey)],
+            row: { keyRecord($0) }
+        ).first
     }
 
     package func key(secretKeyHash: [UInt8]) throws(StoreError) -> KeyRecord? {
-        try open().query("SELECT \(Self.keyColumns) FROM keys WHERE secret_key_hash = $1", [.bytes(secretKeyHash)],
-                         row: Self.key).first
+        try open().query(
+            "SELECT \(Self.keyColumns) FROM keys WHERE secret_key_hash = $1", [.bytes(secretKeyHash)],
+            row: { keyRecord($0) }
+        ).first
     }
 
     package func revokeKey(publicKey: String) throws(StoreError) -> Bool {
@@ -114,19 +128,22 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
     package func keys(organization: String?) throws(StoreError) -> [KeyRecord] {
         let limit = Int64(StoreLimits.maximumRows)
         if let organization {
-            return try open().query("""
+            return try open().query(
+                """
                 SELECT \(Self.keyColumns) FROM keys WHERE organization = $1 ORDER BY created_at, public_key LIMIT $2
-                """, [.text(organization), .integer(limit)], row: Self.key)
+                """, [.text(organization), .integer(limit)], row: { keyRecord($0) })
         }
-        return try open().query("SELECT \(Self.keyColumns) FROM keys ORDER BY organization, created_at, public_key LIMIT $1",
-                                [.integer(limit)], row: Self.key)
+        return try open().query(
+            "SELECT \(Self.keyColumns) FROM keys ORDER BY organization, created_at, public_key LIMIT $1",
+            [.integer(limit)], row: { keyRecord($0) })
     }
 
     package func identifierSecret(organization: String, candidate: [UInt8]) throws(StoreError) -> [UInt8]? {
         let session = try open()
         // The UPDATE locks the row: a second instance making a secret at once waits, then finds it set.
-        try session.execute("UPDATE organizations SET identifier_secret = $1 WHERE name = $2 AND identifier_secret IS NULL",
-                            [.bytes(candidate), .text(organization)])
+        try session.execute(
+            "UPDATE organizations SET identifier_secret = $1 WHERE name = $2 AND identifier_secret IS NULL",
+            [.bytes(candidate), .text(organization)])
         return try session.query("SELECT identifier_secret FROM organizations WHERE name = $1", [.text(organization)]) {
             $0.optionalBytes(0)
         }.first ?? nil
@@ -134,17 +151,23 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
 
     package func rekeyVisitors(organization: String, _ transform: (String) -> String) throws(StoreError) -> Int {
         let session = try open()
-        let visitors = try session.query("SELECT id, instance_id, hardware_id FROM visitors WHERE organization = $1",
-                                         [.text(organization)]) { ($0.text(0), $0.optionalText(1), $0.optionalText(2)) }
+        let visitors = try session.query(
+            "SELECT id, instance_id, hardware_id FROM visitors WHERE organization = $1",
+            [.text(organization)]
+        ) { ($0.text(0), $0.optionalText(1), $0.optionalText(2)) }
         for (id, instanceId, hardwareId) in visitors {
-            try session.execute("UPDATE visitors SET instance_id = $1, hardware_id = $2 WHERE id = $3",
-                                [.optionalText(instanceId.map(transform)), .optionalText(hardwareId.map(transform)), .text(id)])
+            try session.execute(
+                "UPDATE visitors SET instance_id = $1, hardware_id = $2 WHERE id = $3",
+                [.optionalText(instanceId.map(transform)), .optionalText(hardwareId.map(transform)), .text(id)])
         }
-        let components = try session.query("""
+        let components = try session.query(
+            """
             SELECT visitor_id, scope, name, hash FROM visitor_components WHERE organization = $1
-            """, [.text(organization)]) { ($0.text(0), $0.text(1), $0.text(2), $0.text(3)) }
+            """, [.text(organization)]
+        ) { ($0.text(0), $0.text(1), $0.text(2), $0.text(3)) }
         for (visitor, scope, name, hash) in components {
-            try session.execute("""
+            try session.execute(
+                """
                 UPDATE visitor_components SET hash = $1 WHERE visitor_id = $2 AND scope = $3 AND name = $4 AND hash = $5
                 """, [.text(transform(hash)), .text(visitor), .text(scope), .text(name), .text(hash)])
         }
@@ -153,25 +176,30 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
 
     // MARK: Idempotency
 
-    private static func idempotencyMarker(_ organization: String, _ key: String) -> String { organization + "\u{0}" + key }
+    private static func idempotencyMarker(_ organization: String, _ key: String) -> String {
+        organization + "\u{0}" + key
+    }
 
     package func idempotency(organization: String, key: String) throws(StoreError) -> IdempotencyRecord? {
         // Locked: the engine writes what it decided from this read, and another instance's
         // transaction on the same key waits here instead of deciding from the same old row.
-        let record = try open().query("""
+        let record = try open().query(
+            """
             SELECT body_hash, state, response, status, created_at, updated_at, response_encoding FROM idempotency
             WHERE organization = $1 AND key = $2
-            """ + dialect.lockForUpdate, [.text(organization), .text(key)]) { row throws(StoreError) in
+            """ + dialect.lockForUpdate, [.text(organization), .text(key)]
+        ) { row throws(StoreError) in
             let stateText = row.text(1)
             guard let state = IdempotencyRecord.State(rawValue: stateText) else {
                 throw StoreError("an idempotency record has the unknown state \(stateText)")
             }
-            return IdempotencyRecord(organization: organization, key: key, bodyHash: row.bytes(0), state: state,
-                                     response: try row.optionalBytes(2).map { (stored) throws(StoreError) in
-                                         try StoredBlobCodec.decode(stored, encoding: row.integer(6))
-                                     },
-                                     status: row.optionalInteger(3).map { Int($0) },
-                                     createdAt: row.integer(4), updatedAt: row.integer(5))
+            return IdempotencyRecord(
+                organization: organization, key: key, bodyHash: row.bytes(0), state: state,
+                response: try row.optionalBytes(2).map { (stored) throws(StoreError) in
+                    try StoredBlobCodec.decode(stored, encoding: row.integer(6))
+                },
+                status: row.optionalInteger(3).map { Int($0) },
+                createdAt: row.integer(4), updatedAt: row.integer(5))
         }.first
         let marker = Self.idempotencyMarker(organization, key)
         if record == nil { absentIdempotency.insert(marker) } else { absentIdempotency.remove(marker) }
@@ -181,25 +209,31 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
     package func putIdempotency(_ record: IdempotencyRecord) throws(StoreError) {
         let session = try open()
         let response = record.response.map { session.storedForm($0) }
-        let values: [SQLValue] = [.text(record.organization), .text(record.key), .bytes(record.bodyHash),
-                                  .text(record.state.rawValue), .optionalBytes(response?.bytes), .optionalInteger(record.status),
-                                  .integer(record.createdAt), .integer(record.updatedAt),
-                                  .integer((response?.encoding ?? .plain).rawValue)]
+        let values: [SQLValue] = [
+            .text(record.organization), .text(record.key), .bytes(record.bodyHash),
+            .text(record.state.rawValue), .optionalBytes(response?.bytes), .optionalInteger(record.status),
+            .integer(record.createdAt), .integer(record.updatedAt),
+            .integer((response?.encoding ?? .plain).rawValue),
+        ]
         let marker = Self.idempotencyMarker(record.organization, record.key)
         if absentIdempotency.contains(marker) {
             // Read as absent: the unique (organization, key) decides between two instances given
             // the same key at once, and the loser never overwrites the winner's marker.
-            let inserted = try session.execute("""
+            let inserted = try session.execute(
+                """
                 INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at,
                                          response_encoding)
                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                 ON CONFLICT (organization, key) DO NOTHING
                 """, values)
-            guard inserted == 1 else { throw StoreError("another transaction stored the same idempotency key", isTransient: true) }
+            guard inserted == 1 else {
+                throw StoreError("another transaction stored the same idempotency key", isTransient: true)
+            }
             absentIdempotency.remove(marker)
             return
         }
-        try session.execute("""
+        try session.execute(
+            """
             INSERT INTO idempotency (organization, key, body_hash, state, response, status, created_at, updated_at,
                                      response_encoding)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
@@ -210,13 +244,15 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
     }
 
     package func deleteIdempotency(organization: String, key: String) throws(StoreError) {
-        try open().execute("DELETE FROM idempotency WHERE organization = $1 AND key = $2", [.text(organization), .text(key)])
+        try open().execute(
+            "DELETE FROM idempotency WHERE organization = $1 AND key = $2", [.text(organization), .text(key)])
         absentIdempotency.remove(Self.idempotencyMarker(organization, key))
     }
 
     /// Safe on every instance at once: rows another sweep holds are skipped, not waited for.
     package func expireIdempotency(createdBefore cutoff: Int64) throws(StoreError) -> Int {
-        try sweep("""
+        try sweep(
+            """
             DELETE FROM idempotency WHERE (organization, key) IN (
                 SELECT organization, key FROM idempotency WHERE created_at < $1 LIMIT $2
             """ + dialect.lockSkippingLocked + ")", cutoff)
@@ -235,46 +271,64 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
 
     // MARK: Visitors
 
-    private static var visitorColumns: String { "id, organization, instance_id, hardware_id, first_seen, last_seen, event_bytes" }
+    private static var visitorColumns: String {
+        "id, organization, instance_id, hardware_id, first_seen, last_seen, event_bytes"
+    }
 
     /// The visitor rows, each completed with its components and device keys.
     private func visitors(_ sql: String, _ values: [SQLValue]) throws(StoreError) -> [VisitorRecord] {
         let session = try open()
         let rows = try session.query(sql, values) {
-            VisitorRecord(id: $0.text(0), organization: $0.text(1), instanceId: $0.optionalText(2), hardwareId: $0.optionalText(3),
-                          firstSeen: $0.integer(4), lastSeen: $0.integer(5), components: [], deviceKeys: [],
-                          eventBytes: $0.integer(6))
+            VisitorRecord(
+                id: $0.text(0), organization: $0.text(1), instanceId: $0.optionalText(2),
+                hardwareId: $0.optionalText(3),
+                firstSeen: $0.integer(4), lastSeen: $0.integer(5), components: [], deviceKeys: [],
+                eventBytes: $0.integer(6))
         }
         return try rows.map { visitor throws(StoreError) in
             var visitor = visitor
             visitor.components = try session.query(
                 "SELECT scope, name, hash FROM visitor_components WHERE visitor_id = $1 ORDER BY scope, name, hash",
-                [.text(visitor.id)]) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) }
+                [.text(visitor.id)]
+            ) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) }
             visitor.deviceKeys = try session.query(
-                "SELECT key_id, first_proven_at FROM visitor_device_keys WHERE visitor_id = $1 ORDER BY first_proven_at, key_id",
-                [.text(visitor.id)]) { DeviceKeyRecord(keyId: $0.text(0), firstProvenAt: $0.integer(1)) }
+                """
+                SELECT key_id, first_proven_at FROM visitor_device_keys WHERE visitor_id = $1
+                ORDER BY first_proven_at, key_id
+                """,
+                [.text(visitor.id)]
+            ) { DeviceKeyRecord(keyId: $0.text(0), firstProvenAt: $0.integer(1)) }
             return visitor
         }
     }
 
     package func visitor(id: String, organization: String) throws(StoreError) -> VisitorRecord? {
-        try visitors("SELECT \(Self.visitorColumns) FROM visitors WHERE id = $1 AND organization = $2",
-                     [.text(id), .text(organization)]).first
+        try visitors(
+            "SELECT \(Self.visitorColumns) FROM visitors WHERE id = $1 AND organization = $2",
+            [.text(id), .text(organization)]
+        ).first
     }
 
-    package func visitors(instanceId: String, organization: String, preferringHardwareId hardwareId: String?,
-                          limit: Int) throws(StoreError) -> [VisitorRecord] {
-        try visitors("""
+    package func visitors(
+        instanceId: String, organization: String, preferringHardwareId hardwareId: String?,
+        limit: Int
+    ) throws(StoreError) -> [VisitorRecord] {
+        try visitors(
+            """
             SELECT \(Self.visitorColumns) FROM visitors WHERE organization = $1 AND instance_id = $2
             ORDER BY CASE WHEN hardware_id = CAST($3 AS TEXT) THEN 0 WHEN hardware_id IS NULL THEN 1 ELSE 2 END,
                      last_seen DESC, id
             LIMIT $4
-            """, [.text(organization), .text(instanceId), .optionalText(hardwareId), .integer(StoreLimits.clamped(limit))])
+            """,
+            [.text(organization), .text(instanceId), .optionalText(hardwareId), .integer(StoreLimits.clamped(limit))])
     }
 
-    package func visitors(sharingAnyOf hashes: [String], organization: String, limit: Int) throws(StoreError) -> [VisitorRecord] {
+    package func visitors(
+        sharingAnyOf hashes: [String], organization: String, limit: Int
+    ) throws(StoreError) -> [VisitorRecord] {
         guard let list = try StoreLimits.lookupList(hashes, limit: limit) else { return [] }
-        return try visitors("""
+        return try visitors(
+            """
             SELECT \(Self.visitorColumns) FROM visitors JOIN (
                 SELECT visitor_id, COUNT(*) AS shared FROM visitor_components
                 WHERE organization = $1 AND hash IN (\(dialect.textsOfJSONArray("$2")))
@@ -294,34 +348,49 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
         // PostgreSQL a row read before this transaction's UPDATE locked it (`previous`) may
         // predate another instance's change to the components: inserts skip what is there and
         // deletes of what is gone change nothing, so the difference is still safe to apply.
-        let known = write == .inserted ? nil : VisitorRowChanges.known(previous, for: visitor, updatedInPlace: write == .seenTimes)
+        let known =
+            write == .inserted
+            ? nil : VisitorRowChanges.known(previous, for: visitor, updatedInPlace: write == .seenTimes)
         var storedComponents = Set(known?.components ?? [])
         var storedKeys = Set(known?.deviceKeys.map(\.keyId) ?? [])
         if known == nil, write != .inserted {
-            storedComponents = Set(try session.query("""
-                SELECT scope, name, hash FROM visitor_components WHERE visitor_id = $1
-                """, [.text(visitor.id)]) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) })
-            storedKeys = Set(try session.query("SELECT key_id FROM visitor_device_keys WHERE visitor_id = $1",
-                                               [.text(visitor.id)]) { $0.text(0) })
+            storedComponents = Set(
+                try session.query(
+                    """
+                    SELECT scope, name, hash FROM visitor_components WHERE visitor_id = $1
+                    """, [.text(visitor.id)]
+                ) { ComponentRecord(scope: $0.text(0), name: $0.text(1), hash: $0.text(2)) })
+            storedKeys = Set(
+                try session.query(
+                    "SELECT key_id FROM visitor_device_keys WHERE visitor_id = $1",
+                    [.text(visitor.id)]
+                ) { $0.text(0) })
         }
         let changes = VisitorRowChanges(visitor, storedComponents: storedComponents, storedKeys: storedKeys)
         // Rows counted as the statements changed them: one another instance wrote or removed
         // first costs nothing twice.
-        var components: Int64 = 0, keys: Int64 = 0
+        var components: Int64 = 0
+        var keys: Int64 = 0
         for component in changes.removedComponents {
-            components -= Int64(try session.execute(
-                "DELETE FROM visitor_components WHERE visitor_id = $1 AND scope = $2 AND name = $3 AND hash = $4",
-                [.text(visitor.id), .text(component.scope), .text(component.name), .text(component.hash)]))
+            components -= Int64(
+                try session.execute(
+                    "DELETE FROM visitor_components WHERE visitor_id = $1 AND scope = $2 AND name = $3 AND hash = $4",
+                    [.text(visitor.id), .text(component.scope), .text(component.name), .text(component.hash)]))
         }
         components += Int64(try insertComponents(changes.addedComponents, of: visitor))
         for keyId in changes.removedKeys {
-            keys -= Int64(try session.execute("DELETE FROM visitor_device_keys WHERE visitor_id = $1 AND key_id = $2",
-                                              [.text(visitor.id), .text(keyId)]))
+            keys -= Int64(
+                try session.execute(
+                    "DELETE FROM visitor_device_keys WHERE visitor_id = $1 AND key_id = $2",
+                    [.text(visitor.id), .text(keyId)]))
         }
         for key in changes.addedKeys {
-            keys += Int64(try session.execute("""
-                INSERT INTO visitor_device_keys (visitor_id, key_id, first_proven_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING
-                """, [.text(visitor.id), .text(key.keyId), .integer(key.firstProvenAt)]))
+            keys += Int64(
+                try session.execute(
+                    """
+                    INSERT INTO visitor_device_keys (visitor_id, key_id, first_proven_at) VALUES ($1, $2, $3)
+                    ON CONFLICT DO NOTHING
+                    """, [.text(visitor.id), .text(key.keyId), .integer(key.firstProvenAt)]))
         }
         // A returning visitor whose rows did not change costs no write here.
         rowCost += StoreLimits.rowBytes(visitors: 0, components: components, keys: keys)
@@ -341,13 +410,19 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
     /// One statement in the common cases: the seen times of a returning visitor read in this
     /// transaction (which leaves the instance_id index page clean, one WAL frame fewer), an
     /// INSERT for a new one. An id another organization holds is never overwritten.
-    private func writeVisitorRow(_ visitor: VisitorRecord, previous: VisitorRecord?) throws(StoreError) -> VisitorRowWrite {
+    private func writeVisitorRow(
+        _ visitor: VisitorRecord, previous: VisitorRecord?
+    ) throws(StoreError) -> VisitorRowWrite {
         let session = try open()
-        let row: [SQLValue] = [.text(visitor.id), .text(visitor.organization), .optionalText(visitor.instanceId),
-                               .optionalText(visitor.hardwareId), .integer(visitor.firstSeen), .integer(visitor.lastSeen)]
-        let insert = "INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) "
+        let row: [SQLValue] = [
+            .text(visitor.id), .text(visitor.organization), .optionalText(visitor.instanceId),
+            .optionalText(visitor.hardwareId), .integer(visitor.firstSeen), .integer(visitor.lastSeen),
+        ]
+        let insert =
+            "INSERT INTO visitors (id, organization, instance_id, hardware_id, first_seen, last_seen) "
             + "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING"
-        let rewrite = "UPDATE visitors SET instance_id = $3, hardware_id = $4, first_seen = $5, last_seen = $6 "
+        let rewrite =
+            "UPDATE visitors SET instance_id = $3, hardware_id = $4, first_seen = $5, last_seen = $6 "
             + "WHERE id = $1 AND organization = $2"
         guard let previous, previous.id == visitor.id, previous.organization == visitor.organization else {
             // Not read here: most likely a visitor just made.
@@ -358,10 +433,12 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
             return .rewritten
         }
         if previous.instanceId == visitor.instanceId, previous.hardwareId == visitor.hardwareId {
-            let touched = try session.execute("""
+            let touched = try session.execute(
+                """
                 UPDATE visitors SET first_seen = $5, last_seen = $6
                 WHERE id = $1 AND organization = $2
-                  AND instance_id IS NOT DISTINCT FROM CAST($3 AS TEXT) AND hardware_id IS NOT DISTINCT FROM CAST($4 AS TEXT)
+                  AND instance_id IS NOT DISTINCT FROM CAST($3 AS TEXT)
+                  AND hardware_id IS NOT DISTINCT FROM CAST($4 AS TEXT)
                 """, row)
             if touched == 1 { return .seenTimes }
         }
@@ -379,7 +456,9 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
 
     /// Inserts the components in statements of up to `componentsPerInsert` rows each; returns
     /// how many rows were new.
-    private func insertComponents(_ components: Set<ComponentRecord>, of visitor: VisitorRecord) throws(StoreError) -> Int {
+    private func insertComponents(
+        _ components: Set<ComponentRecord>, of visitor: VisitorRecord
+    ) throws(StoreError) -> Int {
         let session = try open()
         let ordered = components.sorted { ($0.scope, $0.name, $0.hash) < ($1.scope, $1.name, $1.hash) }
         var inserted = 0
@@ -393,25 +472,31 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
                 rows.append("($1, $2, $\(first), $\(first + 1), $\(first + 2))")
                 values += [.text(component.scope), .text(component.name), .text(component.hash)]
             }
-            inserted += try session.execute("INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES "
-                                            + rows.joined(separator: ", ") + " ON CONFLICT DO NOTHING", values)
+            inserted += try session.execute(
+                "INSERT INTO visitor_components (visitor_id, organization, scope, name, hash) VALUES "
+                    + rows.joined(separator: ", ") + " ON CONFLICT DO NOTHING", values)
             start += batch.count
         }
         return inserted
     }
 
-    package func unidentifiedVisitor(boundToKey keyId: String, organization: String) throws(StoreError) -> VisitorRecord? {
-        try visitors("""
+    package func unidentifiedVisitor(
+        boundToKey keyId: String, organization: String
+    ) throws(StoreError) -> VisitorRecord? {
+        try visitors(
+            """
             SELECT \(Self.visitorColumns) FROM visitors
             WHERE organization = $2 AND instance_id IS NULL AND hardware_id IS NULL
               AND id IN (SELECT visitor_id FROM visitor_device_keys WHERE key_id = $1)
             ORDER BY last_seen DESC, id LIMIT 1
-            """, [.text(keyId), .text(organization)]).first
+            """, [.text(keyId), .text(organization)]
+        ).first
     }
 
     package func visitors(organization: String, limit: Int) throws(StoreError) -> [VisitorRecord] {
-        try visitors("SELECT \(Self.visitorColumns) FROM visitors WHERE organization = $1 ORDER BY last_seen DESC, id LIMIT $2",
-                     [.text(organization), .integer(StoreLimits.clamped(limit))])
+        try visitors(
+            "SELECT \(Self.visitorColumns) FROM visitors WHERE organization = $1 ORDER BY last_seen DESC, id LIMIT $2",
+            [.text(organization), .integer(StoreLimits.clamped(limit))])
     }
 
     package func lockIdentity(organization: String, key: String) throws(StoreError) {
@@ -432,18 +517,24 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
         // time would pass every live visitor again.
         var after = ""
         while true {
-            let batch = try session.query("""
+            let batch = try session.query(
+                """
                 SELECT id, organization,
                        (SELECT count(*) FROM visitor_components AS c WHERE c.visitor_id = v.id),
                        (SELECT count(*) FROM visitor_device_keys AS k WHERE k.visitor_id = v.id)
                 FROM visitors AS v WHERE last_seen < $1 AND id > $3 ORDER BY id LIMIT $2
-                """ + dialect.lockSkippingLocked, [.integer(cutoff), .integer(Self.sweepBatch), .text(after)]) {
-                ($0.text(0), $0.text(1), StoreLimits.rowBytes(visitors: 1, components: $0.integer(2), keys: $0.integer(3)))
+                """ + dialect.lockSkippingLocked, [.integer(cutoff), .integer(Self.sweepBatch), .text(after)]
+            ) {
+                (
+                    $0.text(0), $0.text(1),
+                    StoreLimits.rowBytes(visitors: 1, components: $0.integer(2), keys: $0.integer(3))
+                )
             }
             if batch.isEmpty { return total }
             after = batch[batch.count - 1].0
-            let deleted = try session.execute("DELETE FROM visitors WHERE id IN (\(dialect.textsOfJSONArray("$1")))",
-                                              [.text(try Self.jsonList(batch.map(\.0)))])
+            let deleted = try session.execute(
+                "DELETE FROM visitors WHERE id IN (\(dialect.textsOfJSONArray("$1")))",
+                [.text(try Self.jsonList(batch.map(\.0)))])
             var costs: [String: Int64] = [:]
             for (_, organization, bytes) in batch { costs[organization, default: 0] += bytes }
             for (organization, bytes) in costs.sorted(by: { $0.key < $1.key }) where bytes != 0 {
@@ -460,31 +551,43 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
         let session = try open()
         let document = session.storedForm(event.document)
         // The visitor's row is written (and, under PostgreSQL, locked) already in this transaction.
-        try session.execute("UPDATE visitors SET event_bytes = event_bytes + $1 WHERE id = $2 AND organization = $3",
-                            [.integer(Int64(document.bytes.count)), .text(event.visitorId), .text(event.organization)])
+        try session.execute(
+            "UPDATE visitors SET event_bytes = event_bytes + $1 WHERE id = $2 AND organization = $3",
+            [.integer(Int64(document.bytes.count)), .text(event.visitorId), .text(event.organization)])
         try addStoredBytes(Int64(document.bytes.count), organization: event.organization)
-        try session.execute("""
+        try session.execute(
+            """
             INSERT INTO events (request_id, organization, visitor_id, received_at, document, document_encoding)
             VALUES ($1, $2, $3, $4, $5, $6)
-            """, [.text(event.requestId), .text(event.organization), .text(event.visitorId), .integer(event.receivedAt),
-                  .bytes(document.bytes), .integer(document.encoding.rawValue)])
+            """,
+            [
+                .text(event.requestId), .text(event.organization), .text(event.visitorId), .integer(event.receivedAt),
+                .bytes(document.bytes), .integer(document.encoding.rawValue),
+            ])
     }
 
     package func event(requestId: String, organization: String) throws(StoreError) -> EventRecord? {
-        try open().query("""
-            SELECT visitor_id, received_at, document, document_encoding FROM events WHERE request_id = $1 AND organization = $2
-            """, [.text(requestId), .text(organization)]) { (row) throws(StoreError) in
-            EventRecord(requestId: requestId, organization: organization, visitorId: row.text(0), receivedAt: row.integer(1),
-                        document: try StoredBlobCodec.decode(row.bytes(2), encoding: row.integer(3)))
+        try open().query(
+            """
+            SELECT visitor_id, received_at, document, document_encoding FROM events
+            WHERE request_id = $1 AND organization = $2
+            """, [.text(requestId), .text(organization)]
+        ) { (row) throws(StoreError) in
+            EventRecord(
+                requestId: requestId, organization: organization, visitorId: row.text(0), receivedAt: row.integer(1),
+                document: try StoredBlobCodec.decode(row.bytes(2), encoding: row.integer(3)))
         }.first
     }
 
     package func eventCount(organization: String?) throws(StoreError) -> Int {
-        let counts = if let organization {
-            try open().query("SELECT COUNT(*) FROM events WHERE organization = $1", [.text(organization)]) { $0.integer(0) }
-        } else {
-            try open().query("SELECT COUNT(*) FROM events", []) { $0.integer(0) }
-        }
+        let counts =
+            if let organization {
+                try open().query("SELECT COUNT(*) FROM events WHERE organization = $1", [.text(organization)]) {
+                    $0.integer(0)
+                }
+            } else {
+                try open().query("SELECT COUNT(*) FROM events", []) { $0.integer(0) }
+            }
         return Int(counts.first ?? 0)
     }
 
@@ -494,27 +597,34 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
         let session = try open()
         var total = 0
         while true {
-            let batch = try session.query("""
-                SELECT request_id, organization, visitor_id, length(document) FROM events WHERE received_at < $1 LIMIT $2
-                """ + dialect.lockSkippingLocked, [.integer(cutoff), .integer(Self.sweepBatch)]) {
+            let batch = try session.query(
+                """
+                SELECT request_id, organization, visitor_id, length(document) FROM events
+                WHERE received_at < $1 LIMIT $2
+                """ + dialect.lockSkippingLocked, [.integer(cutoff), .integer(Self.sweepBatch)]
+            ) {
                 (requestId: $0.text(0), organization: $0.text(1), visitor: $0.text(2), bytes: $0.integer(3))
             }
             if batch.isEmpty { return total }
-            var byVisitor: [String: Int64] = [:], byOrganization: [String: Int64] = [:]
+            var byVisitor: [String: Int64] = [:]
+            var byOrganization: [String: Int64] = [:]
             for event in batch {
                 byVisitor[event.visitor, default: 0] += event.bytes
                 byOrganization[event.organization, default: 0] += event.bytes
             }
             for (visitor, bytes) in byVisitor.sorted(by: { $0.key < $1.key }) {
-                try session.execute("""
-                    UPDATE visitors SET event_bytes = CASE WHEN event_bytes > $1 THEN event_bytes - $1 ELSE 0 END WHERE id = $2
+                try session.execute(
+                    """
+                    UPDATE visitors SET event_bytes = CASE WHEN event_bytes > $1 THEN event_bytes - $1 ELSE 0 END
+                    WHERE id = $2
                     """, [.integer(bytes), .text(visitor)])
             }
             for (organization, bytes) in byOrganization.sorted(by: { $0.key < $1.key }) where bytes != 0 {
                 try addStoredBytes(-bytes, organization: organization, randomSlot: false)
             }
-            total += try session.execute("DELETE FROM events WHERE request_id IN (\(dialect.textsOfJSONArray("$1")))",
-                                         [.text(try Self.jsonList(batch.map(\.requestId)))])
+            total += try session.execute(
+                "DELETE FROM events WHERE request_id IN (\(dialect.textsOfJSONArray("$1")))",
+                [.text(try Self.jsonList(batch.map(\.requestId)))])
             if Int64(batch.count) < Self.sweepBatch { return total }
         }
     }
@@ -527,19 +637,29 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
     // MARK: Rate limits
 
     package func incrementCounter(bucket: String, window: Int64) throws(StoreError) -> Int {
-        let counts = try open().query("""
+        let counts = try open().query(
+            """
             INSERT INTO counters (bucket, window_start, count) VALUES ($1, $2, 1)
             ON CONFLICT (bucket, window_start) DO UPDATE SET count = counters.count + 1
             RETURNING count
-            """, [.text(bucket), .integer(window)]) { $0.integer(0) }
+            """, [.text(bucket), .integer(window)]
+        ) { $0.integer(0) }
         guard let count = counts.first else { throw StoreError("a counter increment returned nothing") }
         return Int(count)
     }
 
     package func expireCounters(windowsBefore cutoff: Int64) throws(StoreError) -> Int {
-        try sweep("""
+        try sweep(
+            """
             DELETE FROM counters WHERE (bucket, window_start) IN (
                 SELECT bucket, window_start FROM counters WHERE window_start < $1 LIMIT $2
             """ + dialect.lockSkippingLocked + ")", cutoff)
     }
+}
+
+/// A key's row, in the order of `keyColumns`.
+private func keyRecord(_ row: some SQLRow) -> KeyRecord {
+    KeyRecord(
+        publicKey: row.text(0), secretKeyHash: row.bytes(1), organization: row.text(2), environment: row.text(3),
+        revoked: row.boolean(4), createdAt: row.integer(5))
 }

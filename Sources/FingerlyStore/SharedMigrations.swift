@@ -20,14 +20,16 @@ extension [SchemaMigration] {
 package enum SharedMigrations {
     /// The table that records the migrations applied, made before any of them.
     package static func migrationTable(integer: String) -> String {
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version \(integer) PRIMARY KEY NOT NULL, applied_at \(integer) NOT NULL)"
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+            + "(version \(integer) PRIMARY KEY NOT NULL, applied_at \(integer) NOT NULL)"
     }
 
     // The indexes of migration 1, and the one migration 2 drops: the same text in both.
     package static let keysByOrganization = "CREATE INDEX keys_organization ON keys(organization)"
     package static let idempotencyByAge = "CREATE INDEX idempotency_created_at ON idempotency(created_at)"
     package static let visitorsByInstance = "CREATE INDEX visitors_instance ON visitors(organization, instance_id)"
-    package static let componentsByHash = "CREATE INDEX visitor_components_hash ON visitor_components(organization, hash)"
+    package static let componentsByHash =
+        "CREATE INDEX visitor_components_hash ON visitor_components(organization, hash)"
     package static let eventsByAge = "CREATE INDEX events_received_at ON events(received_at)"
     package static let countersByWindow = "CREATE INDEX counters_window ON counters(window_start)"
     /// Migration 2 of both: every identify increments a counter, and the index on its window
@@ -38,9 +40,12 @@ package enum SharedMigrations {
     /// (StoredBlobCodec), 0 for the rows already there. `checked`: with a CHECK of the two values,
     /// which SQLite adds without reading a row and PostgreSQL only by scanning the table.
     package static func encodingColumns(type: String, checked: Bool) -> SchemaMigration {
-        SchemaMigration(version: 3, statements: [("events", "document_encoding"), ("idempotency", "response_encoding")].map {
-            "ALTER TABLE \($0.0) ADD COLUMN \($0.1) \(type) NOT NULL DEFAULT 0" + (checked ? " CHECK (\($0.1) IN (0, 1))" : "")
-        })
+        SchemaMigration(
+            version: 3,
+            statements: [("events", "document_encoding"), ("idempotency", "response_encoding")].map {
+                "ALTER TABLE \($0.0) ADD COLUMN \($0.1) \(type) NOT NULL DEFAULT 0"
+                    + (checked ? " CHECK (\($0.1) IN (0, 1))" : "")
+            })
     }
 
     /// `SchemaVersion.storageUsage`: each organization's stored bytes, as its events take them.
