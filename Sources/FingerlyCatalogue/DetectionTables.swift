@@ -191,6 +191,13 @@ extension DetectionTables {
             }
             return mapped
         }
+        func flag(_ name: String) throws(LoadError) -> Bool? {
+            guard let value = members[name] else { return nil }
+            guard case .bool(let flag) = value else {
+                throw LoadError(path: path + "." + name, message: "must be a boolean, not \(value.typeName)")
+            }
+            return flag
+        }
         if let unknown = members.keys.sorted().first(where: { !PatternRow.attributeNames.contains($0) }) {
             throw LoadError(path: path + "." + unknown,
                             message: "unknown row attribute; a row may carry \(PatternRow.attributeNames.sorted().joined(separator: ", "))")
@@ -203,18 +210,8 @@ extension DetectionTables {
         row.fields = try strings("fields")
         row.requires = try mapping("requires")
         row.excludes = try mapping("excludes")
-        if let decides = members["smbiosVMBitDecides"] {
-            guard case .bool(let flag) = decides else {
-                throw LoadError(path: path + ".smbiosVMBitDecides", message: "must be a boolean, not \(decides.typeName)")
-            }
-            row.smbiosVMBitDecides = flag
-        }
-        if let required = members["vmBitRequired"] {
-            guard case .bool(let flag) = required else {
-                throw LoadError(path: path + ".vmBitRequired", message: "must be a boolean, not \(required.typeName)")
-            }
-            row.vmBitRequired = flag
-        }
+        row.smbiosVMBitDecides = try flag("smbiosVMBitDecides")
+        row.vmBitRequired = try flag("vmBitRequired")
         row.product = try string("product") ?? ""
         row.category = try string("category") ?? ""
         row.match = try string("match")

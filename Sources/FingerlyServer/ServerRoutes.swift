@@ -24,8 +24,8 @@ package final class ServerRoutes: HTTPApplication, Sendable {
     private let inFlight: @Sendable () -> Int
     /// The organization each public key was last admitted for: a key's organization never
     /// changes, so the engine may key a body before the transaction that admits it (the
-    /// admission still decides, and the engine compares). Keys past the bound are not kept:
-    /// a flood of made-up keys never grows it, since only admitted keys go in.
+    /// admission still decides, and the engine compares). Only admitted keys go in, so made-up
+    /// ones never grow it; past the bound it starts again.
     private let organizationOfKey = Mutex<[String: String]>([:])
     private static let organizationsKept = 4_096
     /// Identify requests of each rate-limit bucket in the current second, as this process saw

@@ -534,7 +534,7 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
             after = batch[batch.count - 1].0
             let deleted = try session.execute(
                 "DELETE FROM visitors WHERE id IN (\(dialect.textsOfJSONArray("$1")))",
-                [.text(try Self.jsonList(batch.map(\.0)))])
+                [.text(try StoreLimits.jsonArray(batch.map(\.0)))])
             var costs: [String: Int64] = [:]
             for (_, organization, bytes) in batch { costs[organization, default: 0] += bytes }
             for (organization, bytes) in costs.sorted(by: { $0.key < $1.key }) where bytes != 0 {
@@ -624,14 +624,9 @@ package final class SQLTransaction<Session: SQLSession>: StoreTransaction {
             }
             total += try session.execute(
                 "DELETE FROM events WHERE request_id IN (\(dialect.textsOfJSONArray("$1")))",
-                [.text(try Self.jsonList(batch.map(\.requestId)))])
+                [.text(try StoreLimits.jsonArray(batch.map(\.requestId)))])
             if Int64(batch.count) < Self.sweepBatch { return total }
         }
-    }
-
-    /// Texts as one JSON array, one bound parameter however many there are.
-    private static func jsonList(_ texts: [String]) throws(StoreError) -> String {
-        try StoreLimits.jsonArray(texts)
     }
 
     // MARK: Rate limits
