@@ -30,8 +30,7 @@ public struct ScheduleOptions: Sendable, Hashable {
     /// Probes running at once unless the caller says otherwise: one more than the CPUs this process may run on
     /// (a probe waiting on a child or a socket leaves the others theirs), from 2 to 4. More threads than that
     /// only take turns on the CPUs, and every turn costs: on two CPUs, four took a sixth longer than three.
-    /// (`activeProcessorCount`: the affinity mask, as taskset and a cgroup's cpuset leave it.)
-    public static let defaultConcurrency = min(4, max(2, ProcessInfo.processInfo.activeProcessorCount + 1))
+    public static let defaultConcurrency = min(4, max(2, usableProcessorCount() + 1))
 
     /// - Parameters:
     ///   - budgetMs: the whole collection's wall-clock bound.

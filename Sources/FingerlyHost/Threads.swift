@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CFingerlyCPUID
 import Dispatch
 import Synchronization
 
@@ -43,6 +44,10 @@ package func nameCurrentThread(_ name: String) {
     let bytes = Array(name.utf8.prefix(15))
     _ = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
 }
+
+/// The CPUs this process may run on: its affinity mask, as taskset and a cgroup's cpuset leave it. One system
+/// call: Foundation's count reads four files of sysfs and cgroupfs besides.
+package func usableProcessorCount() -> Int { Int(fingerly_usable_processor_count()) }
 
 /// Monotonic milliseconds, for deadlines and durations.
 package func monotonicMilliseconds() -> Double {

@@ -326,13 +326,16 @@ package struct TrustStoreProbe: Probe {
             var impersonating: [String] = []
             var interception: [String] = []
             var products: [String] = []
+            // Lowered once, and searched as bytes: the Character search of every pattern in every root's names cost
+            // more than the rest of the probe's judging.
+            let patterns = context.tables.patterns("interceptionCAs").map { (lowered: $0.pattern.lowercased(), row: $0) }
             for root in store.localRoots {
                 let certificate = root.certificate
                 if root.impersonates {
                     impersonating.append("\(certificate.subject) (a packaged root's name with a different key)")
                 }
                 let names = (certificate.subject + " " + certificate.issuer).lowercased()
-                if let row = context.tables.patterns("interceptionCAs").first(where: { names.contains($0.pattern.lowercased()) }) {
+                if let row = patterns.first(where: { names.containsUTF8($0.lowered) })?.row {
                     interception.append("\(row.product) (\(row.category)): \(context.personal(certificate.subject))")
                     if !products.contains(row.product) { products.append(row.product) }
                 }
