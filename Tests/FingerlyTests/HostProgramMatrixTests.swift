@@ -392,6 +392,9 @@ import Testing
                                             ["--no-submit", "--json", "--budget-ms", "20000"], timeout: 600)
         let result = try output.identifyResultLine()
         #expect(result.report.budgetMs == 20000)
+        // Its guest is untraced: the self-test's child shares its memory, in the one way valgrind accepts.
+        let selfTest = try #require(result.report.probes.first { $0.id == "ptrace-self-test" })
+        #expect(selfTest.signals["debug.traceme"] == .string("allowed"), "\(selfTest.status) \(selfTest.issues)")
         let instrumentation = result.verdicts.instrumentation
         #expect(instrumentation.value,
                 "\(instrumentation.confidence) missing \(instrumentation.missingEvidence.map(\.probe))")

@@ -49,6 +49,14 @@ import Testing
         }
     }
 
+    /// Untraced, the PTRACE_TRACEME child shares the collector's memory instead of copying it, and may still be
+    /// traced (valgrind, which refuses a CLONE_VM child that is no vfork: HostProgramMatrixTests).
+    @Test func theTracemeChildOfAnUntracedRunMayBeTraced() throws {
+        let result = try runCLI(Self.run).identifyResultLine()
+        let selfTest = try #require(result.report.probes.first { $0.id == "ptrace-self-test" })
+        #expect(selfTest.status == .ok && selfTest.signals["debug.traceme"] == .string("allowed"), "\(selfTest.issues)")
+    }
+
     @Test(.enabled(if: installed("gdb"), "gdb is not installed"))
     func gdbIsADebuggerWithHighConfidence() throws {
         let output = try runProcess("/usr/bin/gdb", ["-batch", "-ex", "run", "--args", TestPaths.cli] + Self.run)

@@ -6,9 +6,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/// Forks a child that calls PTRACE_TRACEME and exits at once, so this process is never left
+/// Starts a child that calls PTRACE_TRACEME and exits at once, so this process is never left
 /// traced. Returns 0 when the child could become traced, the child's errno when it could not
-/// (EPERM: something already traces it, e.g. `strace -f`), or -1 with errno when fork failed.
+/// (EPERM: something already traces it, e.g. `strace -f`), or -1 with errno when no child could be started.
 int fingerly_traceme_selftest(void);
 
 /// Reads up to `capacity` bytes of a file with raw system calls (inline `syscall`, no libc
