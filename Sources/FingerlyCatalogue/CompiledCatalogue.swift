@@ -3204,8 +3204,9 @@ extension ProbeCatalogue {
                 timeoutMs: 300,
                 startsFirst: nil,
                 description: """
-                    A forked child calls PTRACE_TRACEME and exits at once, so the caller is never left traced. \
-                    Inspects this process; reports skipped under --root.
+                    A child calls PTRACE_TRACEME and exits at once, so the caller is never left traced (it shares this \
+                    process's memory unless a tracer is attached, a fork then). Inspects this process; reports skipped \
+                    under --root.
                     """,
                 reads: ["/proc/sys/kernel/yama/ptrace_scope"],
                 syscalls: ["fork", "ptrace(PTRACE_TRACEME) in the child", "waitpid"],

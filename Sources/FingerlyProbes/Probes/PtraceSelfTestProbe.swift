@@ -4,9 +4,9 @@ import Glibc
 import FingerlyHost
 import FingerlyModel
 
-/// A forked child calls PTRACE_TRACEME and exits at once, so this process is never left
-/// traced. If the child cannot, something attached to it on its own: `strace -f`, or a debugger
-/// that follows forks. Deferred: a fork is the most expensive thing the integrity check does.
+/// A child calls PTRACE_TRACEME and exits at once, so this process is never left traced. If the child cannot,
+/// something attached to it on its own: `strace -f`, or a debugger that follows forks. Deferred: starting a process
+/// is the most expensive thing the integrity check does, even one sharing this one's memory.
 package struct PtraceSelfTestProbe: Probe {
     package let id = "ptrace-self-test"
 
