@@ -3,6 +3,7 @@
 #include "raw_syscall.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -42,7 +43,16 @@ int fingerly_traceme_selftest(void) {
     // most of the deferred tier's system time. Under a tracer a copy, as before: ltrace, whose breakpoints sit in the
     // memory a CLONE_VM child shares, hangs on one.
     if (untraced() && (stack = malloc(child_stack_size)) != NULL) {
-        child = clone(traceme_child, stack + child_stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
+        // Every signal blocked while the child lives, as posix_spawn does: the host program's handlers, inherited,
+        // must never run in a child on this memory. Pending ones reach this thread when the mask is restored.
+        sigset_t all, previous;
+        sigfillset(&all);
+        if (pthread_sigmask(SIG_SETMASK, &all, &previous) == 0) {
+            child = clone(traceme_child, stack + child_stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
+            int saved = errno;
+            pthread_sigmask(SIG_SETMASK, &previous, NULL);
+            errno = saved;
+        }
     }
     if (child < 0) {
         child = fork();
