@@ -3208,8 +3208,15 @@ extension ProbeCatalogue {
                     process's memory unless a tracer is attached, a fork then). Inspects this process; reports skipped \
                     under --root.
                     """,
-                reads: ["/proc/sys/kernel/yama/ptrace_scope"],
-                syscalls: ["fork", "ptrace(PTRACE_TRACEME) in the child", "waitpid"],
+                reads: ["/proc/sys/kernel/yama/ptrace_scope", "/proc/self/status"],
+                syscalls: [
+                    """
+                        clone(CLONE_VM|CLONE_VFORK) with every signal blocked (rt_sigprocmask) when TracerPid and \
+                        Seccomp are 0, else fork
+                        """,
+                    "ptrace(PTRACE_TRACEME) in the child",
+                    "waitpid",
+                ],
                 signals: [
                     SignalSpec(
                         name: "debug.traceme",

@@ -45,8 +45,8 @@ package func nameCurrentThread(_ name: String) {
     _ = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
 }
 
-/// The CPUs this process may run on: its affinity mask, as taskset and a cgroup's cpuset leave it. One system
-/// call: Foundation's count reads four files of sysfs and cgroupfs besides.
+/// The CPUs this process may run on: its affinity mask, as taskset and a cgroup's cpuset leave it, at most what a
+/// cgroup v2 CPU quota allows. A system call and one small read: Foundation's count read four files besides.
 package func usableProcessorCount() -> Int { Int(fingerly_usable_processor_count()) }
 
 /// Monotonic milliseconds, for deadlines and durations.
