@@ -3208,7 +3208,7 @@ extension ProbeCatalogue {
                     process's memory unless a tracer is attached, a fork then). Inspects this process; reports skipped \
                     under --root.
                     """,
-                reads: ["/proc/sys/kernel/yama/ptrace_scope", "/proc/self/status"],
+                reads: ["/proc/sys/kernel/yama/ptrace_scope", "/proc/thread-self/status"],
                 syscalls: [
                     """
                         clone(CLONE_VM|CLONE_VFORK) with every signal blocked (rt_sigprocmask) when TracerPid and \
